@@ -1,0 +1,39 @@
+"""Shared fixtures. Tests that read ../shared/data use `shared_data`, which skips with a reason when
+the folder is absent (it is beside the repository in development and CI, never copied into it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from traceforge import store
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+SAMPLE_TRACES = REPO / "sample_traces"
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real recorded traces not available: {SHARED_DATA} is absent")
+    return SHARED_DATA
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "store.duckdb"
+
+
+@pytest.fixture
+def con(db_path: Path):
+    connection = store.connect(db_path)
+    yield connection
+    connection.close()
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()

@@ -1,0 +1,68 @@
+"""The store at a glance: counts, tokens per workload and model, rejects by reason."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+
+
+def summarize(con: duckdb.DuckDBPyConnection, top_rejects: int = 5) -> dict[str, Any]:
+    """Totals, usage per workload and model, and the commonest reject reasons.
+
+    Token sums count only calls whose source reported usage; `calls_without_usage` says how many
+    did not, so a zero is never mistaken for "not reported".
+    """
+    totals = con.execute(
+        """
+        SELECT (SELECT count(*) FROM traces),
+               (SELECT count(*) FROM llm_calls),
+               (SELECT count(*) FROM tool_calls),
+               (SELECT coalesce(sum(input_tokens), 0) FROM llm_calls),
+               (SELECT coalesce(sum(cache_read_tokens), 0) FROM llm_calls),
+               (SELECT coalesce(sum(output_tokens), 0) FROM llm_calls),
+               (SELECT count(*) FILTER (WHERE NOT usage_reported) FROM llm_calls),
+               (SELECT count(*) FROM rejects),
+               (SELECT count(*) FROM sources),
+               (SELECT count(DISTINCT workload) FROM traces)
+        """
+    ).fetchone()
+    keys = (
+        "traces",
+        "llm_calls",
+        "tool_calls",
+        "input_tokens",
+        "cache_read_tokens",
+        "output_tokens",
+        "calls_without_usage",
+        "rejects",
+        "files",
+        "workloads",
+    )
+    usage = con.execute(
+        """
+        SELECT workload, model, traces, llm_calls, coalesce(tool_calls, 0) AS tool_calls,
+               coalesce(input_tokens, 0) AS input_tokens,
+               coalesce(cache_read_tokens, 0) AS cache_read_tokens,
+               coalesce(output_tokens, 0) AS output_tokens, calls_without_usage
+        FROM v_usage_by_workload_model
+        ORDER BY input_tokens + output_tokens DESC, llm_calls DESC, workload, model
+        """
+    )
+    columns = [d[0] for d in usage.description]
+    by_workload_model = [dict(zip(columns, row, strict=True)) for row in usage.fetchall()]
+    reasons = con.execute(
+        """
+        SELECT regexp_replace(error, ' at column \\d+.*| at byte \\d+.*', '') AS reason,
+               count(*) AS n, min(source_path) AS example_file, min(line) AS example_line
+        FROM rejects GROUP BY 1 ORDER BY n DESC, reason LIMIT ?
+        """,
+        [top_rejects],
+    ).fetchall()
+    return {
+        "totals": dict(zip(keys, totals, strict=True)),
+        "by_workload_model": by_workload_model,
+        "reject_reasons": [
+            {"reason": r, "count": n, "example_file": f, "example_line": line} for r, n, f, line in reasons
+        ],
+    }

@@ -1,0 +1,68 @@
+"""The `traceforge` command: a click group with one module per verb, each a thin layer that parses
+options, calls the library and renders the result.
+
+Exit codes: 0 success, 1 failure (including rejects under --strict), 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+import sys
+
+import click
+
+from traceforge import __version__
+from traceforge.store import StoreError
+
+
+class TraceforgeGroup(click.Group):
+    """Turns the errors a user can act on into one-line messages instead of tracebacks."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except StoreError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+@click.group(cls=TraceforgeGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="traceforge")
+def cli() -> None:
+    """Turn production tool-calling agent traces into post-training data and inference plans.
+
+    \b
+    Examples:
+      traceforge analyze logs/                 # the main job: ingest, analyse, report
+      traceforge ingest 'logs/**/*.jsonl.gz'   # only load traces into the store
+      traceforge sql                           # the DuckDB shell on the store
+      traceforge sql "SELECT * FROM v_trace_summary LIMIT 5"
+    """
+
+
+def main() -> None:
+    try:
+        cli.main(prog_name="traceforge", standalone_mode=True)
+    except KeyboardInterrupt:
+        click.echo("Interrupted; files finished before the interrupt are in the store.", err=True)
+        sys.exit(130)
+    except Exception as exc:  # a bug, not bad input: say so briefly, with a way to see more
+        if os.environ.get("TRACEFORGE_DEBUG"):
+            raise
+        click.echo(
+            f"internal error: {type(exc).__name__}: {exc}\n"
+            "This is a bug in traceforge; rerun with TRACEFORGE_DEBUG=1 for the traceback.",
+            err=True,
+        )
+        sys.exit(1)
+
+
+def _register_verbs() -> None:
+    """Import every module of this package: each defines one verb with `@cli.command()`."""
+    for module in pkgutil.iter_modules(__path__):
+        if module.name != "options":
+            importlib.import_module(f"{__name__}.{module.name}")
+
+
+_register_verbs()

@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict
+
+import click
+
+from traceforge import store
+from traceforge.cli import cli
+from traceforge.cli.options import (
+    FileProgress,
+    db_option,
+    format_option,
+    json_option,
+    stderr,
+    strict_option,
+)
+from traceforge.ingest import IngestReport, ingest_paths
+from traceforge.report.terminal import render_ingest
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True)
+@db_option
+@format_option
+@strict_option
+@json_option
+@click.option("-v", "--verbose", is_flag=True, help="List unchanged files too.")
+def ingest(paths, db, fmt, strict, as_json, verbose):
+    """Load trace files into the store (files, folders, globs, .gz).
+
+    Each file's format is detected from its content. Files already ingested
+    with the same content are skipped; a changed file replaces what it gave.
+    Records that cannot be used go to the `rejects` table with their line.
+
+    \b
+    Examples:
+      traceforge ingest logs/
+      traceforge ingest 'gateway/*.jsonl.gz' --db prod.duckdb
+      traceforge ingest export.json --format anthropic-messages --strict
+    """
+    report = run_ingest(paths, db, fmt)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "files": [asdict(f) for f in report.files],
+                    "problems": report.problems,
+                    "totals": report.totals(),
+                },
+                indent=2,
+            )
+        )
+    else:
+        render_ingest(stderr(), report, verbose=verbose)
+    exit_for(report, strict)
+
+
+def run_ingest(paths, db, fmt) -> IngestReport:
+    con = store.connect(db)
+    try:
+        with FileProgress() as on_file:
+            return ingest_paths(con, list(paths), fmt=fmt, on_file=on_file)
+    finally:
+        con.close()
+
+
+def exit_for(report: IngestReport, strict: bool) -> None:
+    """Exit 1 when nothing matched, when a whole file failed, or on rejects under --strict."""
+    totals = report.totals()
+    if report.problems and not report.files:
+        sys.exit(1)
+    if strict and totals["rejected"]:
+        stderr().print(f"--strict: {totals['rejected']} rejected records or files.")
+        sys.exit(1)

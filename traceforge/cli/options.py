@@ -1,0 +1,71 @@
+"""Options and helpers shared by several verbs."""
+
+from __future__ import annotations
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from traceforge.ingest import ProgressCallback, detect
+from traceforge.store import DEFAULT_DB
+
+db_option = click.option(
+    "--db",
+    default=DEFAULT_DB,
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="The DuckDB store file.",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+format_option = click.option(
+    "--format",
+    "fmt",
+    default="auto",
+    show_default=True,
+    type=click.Choice(["auto", *detect.formats()]),
+    help="Input format; auto detects it from each file's content.",
+)
+strict_option = click.option(
+    "--strict",
+    is_flag=True,
+    help="Exit 1 if any record or file is rejected.",
+)
+
+
+def stdout() -> Console:
+    return Console(soft_wrap=False)
+
+
+def stderr() -> Console:
+    return Console(stderr=True)
+
+
+class FileProgress:
+    """A progress bar over files on stderr, shown only on a terminal."""
+
+    def __init__(self) -> None:
+        console = stderr()
+        self.progress = Progress(
+            TextColumn("[progress.description]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[name]}"),
+            console=console,
+            transient=True,
+            disable=not console.is_terminal,
+        )
+        self.task = None
+
+    def __enter__(self) -> ProgressCallback:
+        self.progress.__enter__()
+
+        def on_file(path, index, total):
+            if self.task is None:
+                self.task = self.progress.add_task("reading", total=total, name="")
+            self.progress.update(self.task, completed=index, name=path.name)
+
+        return on_file
+
+    def __exit__(self, *exc) -> None:
+        self.progress.__exit__(*exc)

@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from traceforge import store
+from traceforge.cli import cli
+from traceforge.cli.options import db_option, stdout
+
+
+def shell_binary() -> str | None:
+    """The `duckdb` shell installed with traceforge (PyPI duckdb-cli), beside this Python first."""
+    beside = Path(sys.executable).parent / ("duckdb.exe" if os.name == "nt" else "duckdb")
+    if beside.exists():
+        return str(beside)
+    return shutil.which("duckdb")
+
+
+@cli.command()
+@click.argument("query", required=False)
+@db_option
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON rows.")
+@click.option("--csv", "as_csv", is_flag=True, help="Print the result as CSV.")
+def sql(query, db, as_json, as_csv):
+    """Run QUERY on the store, or open the DuckDB shell on it.
+
+    Without QUERY this starts the `duckdb` shell (installed with traceforge
+    from the duckdb-cli package) on the store, where `.read queries/FILE.sql`
+    runs the shipped queries.
+
+    \b
+    Examples:
+      traceforge sql
+      traceforge sql "SELECT workload, count(*) FROM traces GROUP BY 1"
+      traceforge sql --json "SELECT * FROM rejects"
+    """
+    if not Path(db).exists():
+        raise click.ClickException(
+            f"{db}: no such store. Run `traceforge analyze PATH` or `traceforge ingest PATH` first."
+        )
+    if query is None:
+        binary = shell_binary()
+        if binary is None:
+            raise click.ClickException(
+                "the duckdb shell is not installed; `pip install duckdb-cli`, or pass a QUERY"
+            )
+        os.execv(binary, [binary, db])
+    con = store.connect(db, read_only=True)
+    try:
+        try:
+            cursor = con.execute(query)
+        except Exception as exc:  # duckdb's errors name the problem and the position
+            raise click.ClickException(str(exc)) from exc
+        if cursor.description is None:
+            return
+        columns = [d[0] for d in cursor.description]
+        rows = cursor.fetchall()
+    finally:
+        con.close()
+    if as_json:
+        click.echo(json.dumps([dict(zip(columns, r, strict=True)) for r in rows], indent=2, default=str))
+    elif as_csv:
+        writer = csv.writer(sys.stdout)
+        writer.writerow(columns)
+        writer.writerows(rows)
+    else:
+        table = Table(*columns)
+        for row in rows:
+            table.add_row(*("NULL" if v is None else str(v) for v in row))
+        stdout().print(table)

@@ -1,0 +1,281 @@
+"""Per-request API logs: one record per LLM call, as proxies and gateways (LiteLLM, Helicone-style
+exporters, home-made middleware) write them, for OpenAI Chat Completions and Anthropic Messages.
+
+A record holds the request (model, messages, tools) and the response, either side by side
+(`{"request": ..., "response": ...}`, optionally each under `body`) or flat (the request's fields at
+the top level with the response under `response`). Provider is decided per record, so a gateway
+log that mixes providers ingests whole. Records are grouped into conversations by an explicit
+conversation / session / trace id where they carry one, and by prefix chaining
+(`traceforge.ingest.grouping`) within and without such ids.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from types import ModuleType
+from typing import Any
+
+from traceforge.ingest import grouping, transcript
+from traceforge.ingest.conversation import assemble, default_workload
+from traceforge.ingest.sources import Record
+from traceforge.ingest.values import (
+    as_float,
+    as_id,
+    as_str,
+    dig,
+    duration_ms,
+    first,
+    parse_time,
+)
+from traceforge.model import LlmCall, Message, ParseResult, Reject, ToolDef, Trace, stable_id
+
+REQUEST_PATHS = (("request", "body"), ("request",), ("body",), ())
+RESPONSE_PATHS = (("response", "body"), ("response",), ("output",), ("completion",))
+CONVERSATION_ID_PATHS = (
+    "conversation_id",
+    "session_id",
+    "trace_id",
+    "thread_id",
+    "metadata.conversation_id",
+    "metadata.session_id",
+    "metadata.trace_id",
+    "metadata.thread_id",
+    "request.metadata.conversation_id",
+    "request.metadata.session_id",
+    "request.metadata.trace_id",
+    "metadata.headers.x-session-id",
+)
+WORKLOAD_PATHS = (
+    "workload",
+    "metadata.workload",
+    "request.metadata.workload",
+    "app",
+    "metadata.app",
+    "application",
+    "metadata.application",
+    "project",
+    "metadata.project",
+    "service",
+    "metadata.service",
+    "metadata.tags.workload",
+)
+AGENT_PATHS = ("agent", "agent_name", "metadata.agent", "metadata.agent_name", "request.metadata.agent")
+START_PATHS = ("start_time", "startTime", "started_at", "request_time", "timestamp", "created_at")
+END_PATHS = ("end_time", "endTime", "ended_at", "completed_at", "response_time")
+FIRST_TOKEN_PATHS = ("completion_start_time", "completionStartTime", "first_token_time")
+COST_PATHS = ("cost_usd", "response_cost", "cost", "total_cost", "metadata.cost_usd")
+
+
+def unwrap(value: Any) -> tuple[dict | None, dict | None, dict]:
+    """(request, response, record) of a per-request log record; request is None when the record
+    does not hold a chat request (a `messages` list)."""
+    if not isinstance(value, dict):
+        return None, None, {}
+    request = None
+    for path in REQUEST_PATHS:
+        candidate = dig(value, *path) if path else value
+        if isinstance(candidate, dict) and isinstance(candidate.get("messages"), list):
+            request = candidate
+            break
+    response = None
+    for path in RESPONSE_PATHS:
+        candidate = dig(value, *path)
+        if isinstance(candidate, dict):
+            response = candidate
+            break
+    if response is None and request is value and isinstance(value.get("choices"), list):
+        response = value
+    return request, response, value
+
+
+def is_log(records: list[Record]) -> bool:
+    for record in records[:50]:
+        request, response, _ = unwrap(record.value)
+        if request is not None and response is not None:
+            return True
+    return False
+
+
+def parse_or_transcript(records: Iterable[Record], source_path: str, fmt: str) -> ParseResult:
+    """Parse a file of the OpenAI or Anthropic family: per-request logs or transcripts."""
+    records = list(records)
+    if is_log(records):
+        return parse(records, source_path)
+    return transcript.parse(records, source_path, provider_module(fmt))
+
+
+def provider_module(fmt: str) -> ModuleType:
+    from traceforge.ingest import anthropic_messages, openai_chat
+
+    return anthropic_messages if fmt == anthropic_messages.FORMAT else openai_chat
+
+
+def _provider_for(request: dict, response: dict) -> ModuleType | None:
+    from traceforge.ingest import anthropic_messages, openai_chat
+
+    if openai_chat.is_response(response):
+        return openai_chat
+    if anthropic_messages.is_response(response):
+        return anthropic_messages
+    return None
+
+
+@dataclass
+class Exchange:
+    """One logged API call, converted."""
+
+    line: int
+    provider: ModuleType
+    request: list[Message]
+    errors: dict[int, bool]
+    response: list[Message]
+    call: LlmCall
+    tool_defs: list[ToolDef]
+    key: str | None
+    workload: str | None
+    agent: str | None
+    prefixes: list[bytes] = field(default_factory=list)
+    state: bytes = b""
+
+
+def message_key(message: Message) -> str:
+    """What identifies a message when a client re-sends it: role, text, calls and result ids.
+    Reasoning is left out (clients often strip it when re-sending), and empty content equals none."""
+    calls = [[c.get("id"), c.get("name"), c.get("arguments")] for c in message.tool_calls or []]
+    return json.dumps(
+        [message.role, message.content or "", calls, message.tool_call_id],
+        sort_keys=True,
+        ensure_ascii=False,
+        default=str,
+    )
+
+
+def _exchange(record: Record) -> Exchange | Reject:
+    request, response, value = unwrap(record.value)
+    if request is None:
+        return Reject(record.line, "not an API log record: no request with a `messages` list", record.raw)
+    if response is None:
+        error = first(value, "error", "response.error", "status_code")
+        reason = f" (the call failed: {json.dumps(error)[:200]})" if error is not None else ""
+        return Reject(record.line, f"request without a response{reason}", record.raw)
+    provider = _provider_for(request, response)
+    if provider is None:
+        return Reject(
+            record.line,
+            "response is neither an OpenAI chat completion (`choices`) nor an Anthropic message "
+            "(`content` blocks)",
+            record.raw,
+        )
+    if provider.FORMAT == "anthropic-messages":
+        messages, errors = provider.convert_messages(request["messages"], request.get("system"))
+    else:
+        messages, errors = provider.convert_messages(request["messages"])
+    call, added = provider.call_from_response(request, response)
+    if not added:
+        return Reject(record.line, "response has no message (no choices[0].message)", record.raw)
+    call.source_line = record.line
+    _apply_timing(call, value, response)
+    key = as_id(first(value, *CONVERSATION_ID_PATHS))
+    return Exchange(
+        line=record.line,
+        provider=provider,
+        request=messages,
+        errors=errors,
+        response=added,
+        call=call,
+        tool_defs=provider.tool_defs(request),
+        key=key,
+        workload=as_str(first(value, *WORKLOAD_PATHS)),
+        agent=as_str(first(value, *AGENT_PATHS)),
+    )
+
+
+def _apply_timing(call: LlmCall, value: dict, response: dict) -> None:
+    call.started_at = parse_time(first(value, *START_PATHS)) or parse_time(response.get("created"))
+    call.ended_at = parse_time(first(value, *END_PATHS))
+    latency = as_float(first(value, "latency_ms", "duration_ms", "metadata.latency_ms"))
+    if call.ended_at is None and call.started_at is not None and latency is not None:
+        call.ended_at = call.started_at + timedelta(milliseconds=latency)
+    call.duration_ms = duration_ms(call.started_at, call.ended_at) if call.ended_at else latency
+    first_token = parse_time(first(value, *FIRST_TOKEN_PATHS))
+    call.ttft_ms = (
+        duration_ms(call.started_at, first_token)
+        if first_token
+        else as_float(first(value, "ttft_ms", "time_to_first_token_ms"))
+    )
+    cost = as_float(first(value, *COST_PATHS))
+    if cost is not None:
+        call.cost_usd = cost
+
+
+def parse(records: Iterable[Record], source_path: str) -> ParseResult:
+    result = ParseResult()
+    exchanges: list[Exchange] = []
+    for record in records:
+        result.records += 1
+        converted = _exchange(record)
+        if isinstance(converted, Reject):
+            result.rejects.append(converted)
+            continue
+        converted.prefixes = grouping.message_hashes([message_key(m) for m in converted.request])
+        converted.state = grouping.message_hashes(
+            [message_key(m) for m in converted.response],
+            start=converted.prefixes[-1] if converted.prefixes else None,
+        )[-1]
+        exchanges.append(converted)
+    chains = grouping.chain_records(
+        [e.prefixes for e in exchanges], [e.state for e in exchanges], [e.key for e in exchanges]
+    )
+    source_ids: list[str] = []
+    key_counts: dict[str, int] = {}
+    for chain in chains:
+        if chain.key is not None:
+            key_counts[chain.key] = key_counts.get(chain.key, 0) + 1
+            n = key_counts[chain.key]
+            source_ids.append(chain.key if n == 1 else f"{chain.key}/{n}")
+        else:
+            head = exchanges[chain.items[0]]
+            source_ids.append("conv-" + stable_id(head.state.hex(), head.line))
+    for index, chain in enumerate(chains):
+        trace = _trace(chain, [exchanges[i] for i in chain.items], source_ids[index])
+        if chain.parent is not None:
+            trace.parent_source_id = source_ids[chain.parent]
+            trace.attributes["branched_from_line"] = exchanges[chain.branch_item].line
+        result.traces.append(trace)
+    return result
+
+
+def _trace(chain: grouping.Chain, exchanges: list[Exchange], source_id: str) -> Trace:
+    final = exchanges[-1]
+    conversation = list(final.request) + list(final.response)
+    for k, exchange in enumerate(exchanges):
+        position = len(exchange.request)
+        conversation[position : position + len(exchange.response)] = exchange.response
+        conversation[position].call_index = k
+    formats = {e.provider.FORMAT for e in exchanges}
+    trace = Trace(
+        source_format=formats.pop() if len(formats) == 1 else "mixed",
+        source_id=source_id,
+        source_line=exchanges[0].line,
+        workload=next((e.workload for e in exchanges if e.workload), None),
+        agent=next((e.agent for e in exchanges if e.agent), None),
+        attributes={"shape": "api-log", "records": len(exchanges)},
+    )
+    if chain.key is not None:
+        trace.attributes["conversation_id"] = chain.key
+    trace.llm_calls = [e.call for e in exchanges]
+    defs: dict[str, ToolDef] = {}
+    for exchange in exchanges:
+        for definition in exchange.tool_defs:
+            defs[definition.name] = definition
+    trace.tool_defs = list(defs.values())
+    assemble(trace, conversation, result_errors=final.errors)
+    starts = [c.started_at for c in trace.llm_calls if c.started_at]
+    ends = [c.ended_at or c.started_at for c in trace.llm_calls if c.ended_at or c.started_at]
+    trace.started_at = min(starts) if starts else None
+    trace.ended_at = max(ends) if ends else None
+    trace.workload = trace.workload or trace.agent or default_workload(trace)
+    return trace

@@ -1,0 +1,38 @@
+"""Choosing the adapter for a file from its content, never its name.
+
+Every adapter module exposes `FORMAT` (the name users pass to `--format`), `sniff(sample) -> float`
+(0: certainly not mine, 1: certainly mine) and `parse(records, source_path) -> ParseResult`.
+The highest score of at least `THRESHOLD` wins; ties go to the adapter listed first.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from traceforge.ingest import anthropic_messages, openai_chat
+from traceforge.ingest.sources import Record
+
+ADAPTERS: list[ModuleType] = [openai_chat, anthropic_messages]
+THRESHOLD = 0.5
+SAMPLE_SIZE = 50
+
+
+def formats() -> list[str]:
+    return [adapter.FORMAT for adapter in ADAPTERS]
+
+
+def by_name(name: str) -> ModuleType:
+    for adapter in ADAPTERS:
+        if name == adapter.FORMAT:
+            return adapter
+    raise KeyError(f"unknown format {name!r}; known formats: {', '.join(formats())}")
+
+
+def detect(sample: list[Record]) -> ModuleType | None:
+    """The adapter that recognises these records best, or None when none does."""
+    best, best_score = None, 0.0
+    for adapter in ADAPTERS:
+        score = adapter.sniff(sample)
+        if score > best_score:
+            best, best_score = adapter, score
+    return best if best_score >= THRESHOLD else None

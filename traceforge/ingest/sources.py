@@ -1,0 +1,198 @@
+"""Finding input files and reading their records.
+
+Paths may be files, folders (walked recursively), or glob patterns; any file may be gzip-compressed
+(recognised by its magic bytes, not its name). A file holds either JSON Lines (one record per line)
+or one JSON document; which one is decided from the content. A top-level JSON array yields its
+elements as records. Records carry their line number (JSON Lines) or 1-based element index (JSON
+arrays) so that a reject can say where it came from.
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import hashlib
+import json
+import os
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from traceforge.model import Reject
+
+GZIP_MAGIC = b"\x1f\x8b"
+# Files that are certainly not traces, skipped when walking a folder (named explicitly, they are read).
+IGNORED_SUFFIXES = {".md", ".txt", ".py", ".sql", ".toml", ".yaml", ".yml", ".lock", ".png", ".jpg"}
+
+
+class SourceError(Exception):
+    """A whole file that cannot be read as records (corrupt gzip, binary, not JSON)."""
+
+
+@dataclass
+class Record:
+    line: int  # 1-based line (JSON Lines) or element index (JSON array); 1 for a single document
+    value: Any
+    raw: str | None = None  # the record's text, kept for JSON Lines so a reject can store it
+
+
+@dataclass
+class SourceFile:
+    path: Path
+    data: bytes  # decompressed content
+    sha256: str  # of the bytes on disk, so an unchanged file is recognised before decompressing
+    size: int
+    compressed: bool
+
+
+def expand_paths(paths: list[str | Path]) -> tuple[list[Path], list[str]]:
+    """Resolve files, folders and globs to a sorted, de-duplicated list of files.
+
+    Returns (files, problems): `problems` names each argument that matched nothing.
+    """
+    found: dict[str, Path] = {}
+    problems = []
+    for raw in paths:
+        text = str(raw)
+        path = Path(text).expanduser()
+        if path.is_file():
+            found[str(path.resolve())] = path
+        elif path.is_dir():
+            for root, dirs, files in os.walk(path):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                for name in sorted(files):
+                    candidate = Path(root) / name
+                    if name.startswith(".") or candidate.suffix.lower() in IGNORED_SUFFIXES:
+                        continue
+                    found[str(candidate.resolve())] = candidate
+        elif glob.has_magic(text):
+            matches = [Path(m) for m in sorted(glob.glob(os.path.expanduser(text), recursive=True))]
+            files = [m for m in matches if m.is_file()]
+            if not files:
+                problems.append(f"{text}: the pattern matched no files")
+            for match in files:
+                found[str(match.resolve())] = match
+        else:
+            problems.append(f"{text}: no such file or folder")
+    return sorted(found.values(), key=lambda p: str(p)), problems
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def load(path: Path, sha256: str | None = None) -> SourceFile:
+    """Read `path`, decompressing gzip content. Raises SourceError for a corrupt archive."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise SourceError(f"cannot read the file: {exc.strerror or exc}") from exc
+    digest = sha256 or hashlib.sha256(raw).hexdigest()
+    compressed = raw[:2] == GZIP_MAGIC
+    data = raw
+    if compressed:
+        try:
+            data = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise SourceError(
+                f"corrupt or truncated gzip data ({exc}); re-copy the file or gunzip it to see "
+                "what is recoverable"
+            ) from exc
+    return SourceFile(path=path, data=data, sha256=digest, size=len(raw), compressed=compressed)
+
+
+def _nonfinite_as_null(name: str) -> None:
+    """NaN and Infinity are not JSON, but loggers write them: read them as null, keep the record."""
+    return None
+
+
+def _loads(text: str) -> Any:
+    return json.loads(text, parse_constant=_nonfinite_as_null)
+
+
+def _strip_bom(data: bytes) -> bytes:
+    return data[3:] if data.startswith(b"\xef\xbb\xbf") else data
+
+
+def looks_binary(data: bytes) -> bool:
+    sample = data[:4096]
+    return b"\x00" in sample
+
+
+def read_records(source: SourceFile, rejects: list[Reject]) -> Iterator[Record]:
+    """Yield the records of a file; lines that are not JSON go to `rejects` with their line number.
+
+    Raises SourceError when the file as a whole is not JSON at all (binary, or neither JSON Lines nor
+    a JSON document).
+    """
+    data = _strip_bom(source.data)
+    if looks_binary(data):
+        raise SourceError("binary content, not JSON or JSON Lines")
+    if not data.strip():
+        return
+    if _is_json_lines(data):
+        yield from _read_json_lines(data, rejects)
+        return
+    try:
+        document = _loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise SourceError(f"not valid UTF-8 at byte {exc.start}; re-encode the file as UTF-8") from exc
+    except json.JSONDecodeError as exc:
+        raise SourceError(
+            f"not JSON or JSON Lines: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from exc
+    if isinstance(document, list):
+        for index, value in enumerate(document, start=1):
+            yield Record(line=index, value=value)
+    else:
+        yield Record(line=1, value=document)
+
+
+def _is_json_lines(data: bytes) -> bool:
+    """JSON Lines when the first non-empty line is a complete JSON value and another line follows,
+    or the whole file is that one line holding an object."""
+    lines = iter(data.splitlines())
+    first = next((ln for ln in lines if ln.strip()), b"")
+    try:
+        value = _loads(first.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    following = next((ln for ln in lines if ln.strip()), None)
+    if following is None:
+        return isinstance(value, dict)
+    return True
+
+
+def _read_json_lines(data: bytes, rejects: list[Reject]) -> Iterator[Record]:
+    for number, line in enumerate(data.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            rejects.append(
+                Reject(
+                    line=number,
+                    error=f"not valid UTF-8 at byte {exc.start} of the line; re-encode the file as UTF-8",
+                    raw=line.decode("utf-8", errors="replace"),
+                )
+            )
+            continue
+        try:
+            value = _loads(text)
+        except json.JSONDecodeError as exc:
+            rejects.append(
+                Reject(
+                    line=number,
+                    error=f"invalid JSON: {exc.msg} at column {exc.colno} (truncated or corrupt line?)",
+                    raw=text,
+                )
+            )
+            continue
+        yield Record(line=number, value=value, raw=text)

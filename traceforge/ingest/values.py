@@ -1,0 +1,217 @@
+"""Reading loosely typed values out of source records: numbers, strings, timestamps, JSON arguments.
+
+Sources disagree on types (tokens as strings, times as epoch seconds or ISO strings with or without
+a zone, arguments as JSON strings or objects). These helpers coerce what can be coerced and return
+None for what cannot, so adapters stay short and a bad field never crashes an ingest.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+INT64_MAX = 2**63 - 1
+
+
+def dig(value: Any, *path: str | int) -> Any:
+    """`value[path[0]][path[1]]...`, or None where any step is missing or of the wrong type.
+
+    >>> dig({"a": {"b": [1, 2]}}, "a", "b", 1)
+    2
+    """
+    for key in path:
+        if isinstance(key, int):
+            if not isinstance(value, list) or not -len(value) <= key < len(value):
+                return None
+        elif not isinstance(value, dict):
+            return None
+        value = value[key] if isinstance(key, int) else value.get(key)
+        if value is None:
+            return None
+    return value
+
+
+def first(value: Any, *paths: str) -> Any:
+    """The first non-None of several dotted paths: first(rec, "metadata.session_id", "session_id")."""
+    for path in paths:
+        found = dig(value, *path.split("."))
+        if found is not None:
+            return found
+    return None
+
+
+def as_int(value: Any) -> int | None:
+    """A non-negative count that fits in BIGINT, from an int, float or numeric string."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            return None
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        value = int(value)
+    if isinstance(value, int) and 0 <= value <= INT64_MAX:
+        return value
+    return None
+
+
+def as_float(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def as_str(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float | bool):
+        return str(value)
+    return None
+
+
+def as_id(value: Any) -> str | None:
+    """An identifier: a non-empty string or an integer, as a string."""
+    text = as_str(value)
+    return text if text else None
+
+
+def parse_time(value: Any) -> datetime | None:
+    """A UTC datetime from ISO-8601 text (zone optional, assumed UTC), or an epoch number.
+
+    Epoch numbers are read as seconds, milliseconds, microseconds or nanoseconds by their size.
+    [seconds, nanoseconds] pairs (OpenTelemetry JS hrtime) are accepted too.
+    """
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value):
+        return _from_epoch(value[0] + value[1] / 1e9)
+    if isinstance(value, int | float):
+        return _from_epoch(float(value))
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return None
+        try:
+            return _from_epoch(float(text))
+        except ValueError:
+            pass
+        if text.endswith(("Z", "z")):
+            text = text[:-1] + "+00:00"
+        try:
+            parsed = datetime.fromisoformat(text)
+        except ValueError:
+            return None
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=UTC)
+        return parsed.astimezone(UTC)
+    return None
+
+
+def _from_epoch(number: float) -> datetime | None:
+    if not math.isfinite(number) or number <= 0:
+        return None
+    magnitude = abs(number)
+    if magnitude >= 1e17:
+        number /= 1e9
+    elif magnitude >= 1e14:
+        number /= 1e6
+    elif magnitude >= 1e11:
+        number /= 1e3
+    try:
+        return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(seconds=number)
+    except OverflowError:
+        return None
+
+
+def duration_ms(start: datetime | None, end: datetime | None) -> float | None:
+    if start is None or end is None:
+        return None
+    return (end - start).total_seconds() * 1000.0
+
+
+def parse_arguments(value: Any) -> Any:
+    """Tool arguments as an object: JSON strings are parsed; a string that is not JSON is kept."""
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return {}
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def text_of(content: Any) -> str | None:
+    """Plain text from a message content: a string, or a list of parts with text in them."""
+    if content is None:
+        return None
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, dict):
+                text = part.get("text")
+                if text is None and part.get("type") in ("text", "input_text", "output_text"):
+                    text = part.get("content")
+                if isinstance(text, str):
+                    texts.append(text)
+        return "\n".join(texts) if texts else None
+    if isinstance(content, dict):
+        return as_str(content.get("text")) or json.dumps(content, ensure_ascii=False)
+    return as_str(content)
+
+
+def clean_text(text: str | None) -> str | None:
+    """Text that encodes as UTF-8: lone surrogates (from JSON escapes like "\\ud800") replaced."""
+    if text is None or text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", errors="replace").decode("utf-8")
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def to_json(value: Any) -> str | None:
+    """Valid JSON text for a JSON column (NaN and infinities become null), or None for None."""
+    if value is None:
+        return None
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, default=str)
+    except ValueError:
+        text = json.dumps(_finite(value), ensure_ascii=False, default=str)
+    return clean_text(text)
+
+
+def json_text(value: Any) -> str | None:
+    """A result or content as stored text: strings as is, anything else as JSON."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)

@@ -1,0 +1,391 @@
+"""Writing parsed files to the store: final ids, then one transaction per batch of whole files.
+
+Ids keep the source's own where it has one (`chatcmpl-...`, `toolu_...`, a session id) and are
+prefixed only where that is needed to stay unique, in the batch or against what the store holds.
+A file that changed since it was last ingested has its old rows removed in the same transaction
+that writes the new ones, so the store never holds half a file or a file twice.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from traceforge import __version__
+from traceforge.ingest.values import clean_text, to_json
+from traceforge.model import ParseResult, Reject, Trace
+
+TS = pl.Datetime("us", "UTC")
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "traces": {
+        "trace_id": pl.Utf8,
+        "workload": pl.Utf8,
+        "agent": pl.Utf8,
+        "source_format": pl.Utf8,
+        "source_path": pl.Utf8,
+        "source_line": pl.Int64,
+        "started_at": TS,
+        "ended_at": TS,
+        "outcome": pl.Utf8,
+        "parent_trace_id": pl.Utf8,
+        "attributes": pl.Utf8,
+    },
+    "llm_calls": {
+        "call_id": pl.Utf8,
+        "trace_id": pl.Utf8,
+        "seq": pl.Int32,
+        "model": pl.Utf8,
+        "provider": pl.Utf8,
+        "started_at": TS,
+        "ended_at": TS,
+        "duration_ms": pl.Float64,
+        "ttft_ms": pl.Float64,
+        "input_tokens": pl.Int64,
+        "cache_read_tokens": pl.Int64,
+        "cache_write_tokens": pl.Int64,
+        "output_tokens": pl.Int64,
+        "reasoning_tokens": pl.Int64,
+        "usage_reported": pl.Boolean,
+        "cost_usd": pl.Float64,
+        "finish_reason": pl.Utf8,
+        "source_line": pl.Int64,
+    },
+    "tool_calls": {
+        "tool_call_id": pl.Utf8,
+        "trace_id": pl.Utf8,
+        "call_id": pl.Utf8,
+        "seq": pl.Int32,
+        "name": pl.Utf8,
+        "arguments": pl.Utf8,
+        "result": pl.Utf8,
+        "is_error": pl.Boolean,
+        "started_at": TS,
+        "ended_at": TS,
+        "duration_ms": pl.Float64,
+        "requestor": pl.Utf8,
+        "source_tool_call_id": pl.Utf8,
+    },
+    "messages": {
+        "trace_id": pl.Utf8,
+        "seq": pl.Int32,
+        "role": pl.Utf8,
+        "content": pl.Utf8,
+        "tool_calls": pl.Utf8,
+        "tool_call_id": pl.Utf8,
+        "name": pl.Utf8,
+        "reasoning": pl.Utf8,
+        "call_id": pl.Utf8,
+    },
+    "tool_defs": {
+        "trace_id": pl.Utf8,
+        "name": pl.Utf8,
+        "description": pl.Utf8,
+        "parameters": pl.Utf8,
+    },
+    "rejects": {
+        "source_path": pl.Utf8,
+        "line": pl.Int64,
+        "error": pl.Utf8,
+        "raw": pl.Utf8,
+        "rejected_at": TS,
+    },
+    "sources": {
+        "path": pl.Utf8,
+        "sha256": pl.Utf8,
+        "format": pl.Utf8,
+        "bytes": pl.Int64,
+        "records": pl.Int64,
+        "ingested": pl.Int64,
+        "rejected": pl.Int64,
+        "skipped": pl.Int64,
+        "skipped_by_kind": pl.Utf8,
+        "traces": pl.Int64,
+        "duplicate_of": pl.Utf8,
+        "error": pl.Utf8,
+        "ingested_at": TS,
+        "traceforge_version": pl.Utf8,
+    },
+}
+# Tables whose rows belong to a trace, removed with it when its file is re-ingested.
+TRACE_TABLES = ("llm_calls", "tool_calls", "messages", "tool_defs", "tool_deps", "trace_dag")
+
+
+@dataclass
+class ParsedFile:
+    """One file ready to write: what the adapter made of it, or why the whole file failed."""
+
+    path: str
+    sha256: str
+    size: int
+    format: str | None
+    result: ParseResult = field(default_factory=ParseResult)
+    replaces: bool = False  # the path was ingested before with other content
+    duplicate_of: str | None = None
+    error: str | None = None  # the file as a whole could not be read
+    raw_sample: str | None = None  # for a whole-file reject: the start of the content
+
+
+class Rows:
+    """Column lists per table, filled trace by trace."""
+
+    def __init__(self) -> None:
+        self.columns = {table: {c: [] for c in schema} for table, schema in SCHEMAS.items()}
+
+    def add(self, table: str, **values: Any) -> None:
+        for column, items in self.columns[table].items():
+            items.append(values.get(column))
+
+    def count(self, table: str) -> int:
+        return len(next(iter(self.columns[table].values())))
+
+    def frame(self, table: str) -> pl.DataFrame:
+        return pl.DataFrame(self.columns[table], schema=SCHEMAS[table])
+
+
+def write(con: duckdb.DuckDBPyConnection, files: list[ParsedFile]) -> None:
+    """Write whole files in one transaction; on any error nothing of them is kept."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for parsed in files:
+            if parsed.replaces:
+                _delete_source(con, parsed.path)
+        ids = _assign_ids(con, files)
+        rows = Rows()
+        for parsed in files:
+            _add_file(rows, parsed, ids)
+        for table in SCHEMAS:
+            if rows.count(table):
+                frame = rows.frame(table)
+                con.register("_tf_rows", frame)
+                try:
+                    con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _tf_rows")
+                finally:
+                    con.unregister("_tf_rows")
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
+def _delete_source(con: duckdb.DuckDBPyConnection, path: str) -> None:
+    for table in TRACE_TABLES:
+        con.execute(
+            f"DELETE FROM {table} WHERE trace_id IN (SELECT trace_id FROM traces WHERE source_path = ?)",
+            [path],
+        )
+    con.execute("DELETE FROM traces WHERE source_path = ?", [path])
+    con.execute("DELETE FROM rejects WHERE source_path = ?", [path])
+    con.execute("DELETE FROM sources WHERE path = ?", [path])
+
+
+@dataclass
+class _Ids:
+    trace: dict[int, str]  # id(trace) -> trace_id
+    call: dict[tuple[int, int], str]  # (id(trace), call index) -> call_id
+    tool: dict[tuple[int, str], str]  # (id(trace), local_id) -> tool_call_id
+
+
+def _taken(con: duckdb.DuckDBPyConnection, table: str, column: str, candidates: list[str]) -> set[str]:
+    if not candidates:
+        return set()
+    frame = pl.DataFrame({"id": candidates}, schema={"id": pl.Utf8})
+    con.register("_tf_ids", frame)
+    try:
+        rows = con.execute(
+            f"SELECT {column} FROM {table} WHERE {column} IN (SELECT id FROM _tf_ids)"
+        ).fetchall()
+    finally:
+        con.unregister("_tf_ids")
+    return {row[0] for row in rows}
+
+
+def _unique(wanted: dict[Any, str], fallback: dict[Any, str], in_store: set[str]) -> dict[Any, str]:
+    """Keep each wanted id unless the store or an earlier item holds it; then use its fallback
+    (numbered further if even that is taken)."""
+    used = set(in_store)
+    out = {}
+    for key, candidate in wanted.items():
+        chosen = candidate
+        if chosen in used:
+            chosen = fallback[key]
+            n = 2
+            while chosen in used:
+                chosen = f"{fallback[key]}~{n}"
+                n += 1
+        used.add(chosen)
+        out[key] = chosen
+    return out
+
+
+def _assign_ids(con: duckdb.DuckDBPyConnection, files: list[ParsedFile]) -> _Ids:
+    traces = [(parsed, t) for parsed in files for t in parsed.result.traces]
+    wanted = {id(t): t.source_id for _, t in traces}
+    fallback = {id(t): f"{t.source_id}@{parsed.sha256[:8]}" for parsed, t in traces}
+    trace_ids = _unique(wanted, fallback, _taken(con, "traces", "trace_id", list(wanted.values())))
+
+    wanted_calls, fallback_calls = {}, {}
+    for _, t in traces:
+        for index, call in enumerate(t.llm_calls):
+            key = (id(t), index)
+            synthetic = f"{trace_ids[id(t)]}/llm-{index}"
+            wanted_calls[key] = call.source_id or synthetic
+            fallback_calls[key] = synthetic
+    call_ids = _unique(
+        wanted_calls,
+        fallback_calls,
+        _taken(con, "llm_calls", "call_id", list(wanted_calls.values())),
+    )
+
+    wanted_tools, fallback_tools = {}, {}
+    for _, t in traces:
+        for seq, call in enumerate(t.tool_calls):
+            key = (id(t), call.local_id)
+            synthetic = f"{trace_ids[id(t)]}/tool-{seq}"
+            wanted_tools[key] = call.local_id if call.source_id else synthetic
+            fallback_tools[key] = f"{trace_ids[id(t)]}/{call.local_id}" if call.source_id else synthetic
+    tool_ids = _unique(
+        wanted_tools,
+        fallback_tools,
+        _taken(con, "tool_calls", "tool_call_id", list(wanted_tools.values())),
+    )
+    return _Ids(trace_ids, call_ids, tool_ids)
+
+
+def _add_file(rows: Rows, parsed: ParsedFile, ids: _Ids) -> None:
+    now = datetime.now(UTC)
+    result = parsed.result
+    by_source_id = {t.source_id: ids.trace[id(t)] for t in result.traces}
+    for trace in result.traces:
+        _add_trace(rows, parsed.path, trace, ids, by_source_id)
+    rejects = list(result.rejects)
+    if parsed.error:
+        rejects.append(Reject(None, parsed.error, parsed.raw_sample))
+    for reject in rejects:
+        rows.add(
+            "rejects",
+            source_path=parsed.path,
+            line=reject.line,
+            error=reject.error,
+            raw=clean_text(reject.raw),
+            rejected_at=now,
+        )
+    skipped = sum(result.skipped.values())
+    rows.add(
+        "sources",
+        path=parsed.path,
+        sha256=parsed.sha256,
+        format=parsed.format,
+        bytes=parsed.size,
+        records=result.records,
+        ingested=max(result.records - len(result.rejects) - skipped, 0),
+        rejected=len(rejects),
+        skipped=skipped,
+        skipped_by_kind=json.dumps(result.skipped, sort_keys=True),
+        traces=len(result.traces),
+        duplicate_of=parsed.duplicate_of,
+        error=parsed.error,
+        ingested_at=now,
+        traceforge_version=__version__,
+    )
+
+
+def _add_trace(rows: Rows, path: str, trace: Trace, ids: _Ids, by_source_id: dict[str, str]) -> None:
+    key = id(trace)
+    trace_id = ids.trace[key]
+    parent = trace.parent_source_id
+    rows.add(
+        "traces",
+        trace_id=trace_id,
+        workload=trace.workload,
+        agent=trace.agent,
+        source_format=trace.source_format,
+        source_path=path,
+        source_line=trace.source_line,
+        started_at=trace.started_at,
+        ended_at=trace.ended_at,
+        outcome=trace.outcome,
+        parent_trace_id=by_source_id.get(parent, parent) if parent else None,
+        attributes=to_json(trace.attributes),
+    )
+    call_ids = [ids.call[(key, i)] for i in range(len(trace.llm_calls))]
+    for seq, call in enumerate(trace.llm_calls):
+        rows.add(
+            "llm_calls",
+            call_id=call_ids[seq],
+            trace_id=trace_id,
+            seq=seq,
+            model=call.model,
+            provider=call.provider,
+            started_at=call.started_at,
+            ended_at=call.ended_at,
+            duration_ms=call.duration_ms,
+            ttft_ms=call.ttft_ms,
+            input_tokens=call.input_tokens,
+            cache_read_tokens=call.cache_read_tokens,
+            cache_write_tokens=call.cache_write_tokens,
+            output_tokens=call.output_tokens,
+            reasoning_tokens=call.reasoning_tokens,
+            usage_reported=call.usage_reported,
+            cost_usd=call.cost_usd,
+            finish_reason=call.finish_reason,
+            source_line=call.source_line,
+        )
+
+    def tool_id(local_id: str | None) -> str | None:
+        return ids.tool.get((key, local_id)) if local_id else None
+
+    for seq, tool in enumerate(trace.tool_calls):
+        rows.add(
+            "tool_calls",
+            tool_call_id=tool_id(tool.local_id),
+            trace_id=trace_id,
+            call_id=call_ids[tool.call_index] if tool.call_index is not None else None,
+            seq=seq,
+            name=tool.name,
+            arguments=to_json(tool.arguments),
+            result=clean_text(tool.result),
+            is_error=tool.is_error,
+            started_at=tool.started_at,
+            ended_at=tool.ended_at,
+            duration_ms=tool.duration_ms,
+            requestor=tool.requestor,
+            source_tool_call_id=tool.source_id,
+        )
+    for seq, message in enumerate(trace.messages):
+        calls = None
+        if message.tool_calls:
+            calls = to_json(
+                [
+                    {"id": tool_id(c.get("id")), "name": c.get("name"), "arguments": c.get("arguments")}
+                    for c in message.tool_calls
+                ]
+            )
+        rows.add(
+            "messages",
+            trace_id=trace_id,
+            seq=seq,
+            role=message.role,
+            content=clean_text(message.content),
+            tool_calls=calls,
+            tool_call_id=tool_id(message.tool_call_id) or message.tool_call_id,
+            name=message.name,
+            reasoning=clean_text(message.reasoning),
+            call_id=call_ids[message.call_index] if message.call_index is not None else None,
+        )
+    seen = set()
+    for definition in trace.tool_defs:
+        if definition.name in seen:
+            continue
+        seen.add(definition.name)
+        rows.add(
+            "tool_defs",
+            trace_id=trace_id,
+            name=definition.name,
+            description=clean_text(definition.description),
+            parameters=to_json(definition.parameters),
+        )

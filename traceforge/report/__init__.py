@@ -1,0 +1,1 @@
+"""Reports: the terminal (rich) and, later, one self-contained HTML file."""

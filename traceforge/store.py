@@ -1,0 +1,303 @@
+"""The DuckDB store: one file holding every trace and every analysis, readable in the DuckDB shell.
+
+The schema is an ordered list of migrations. Each applied migration is recorded in
+`schema_migrations`, so opening a store written by an older traceforge upgrades it in place.
+Never edit a migration that has shipped: append a new one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import duckdb
+
+DEFAULT_DB = "traceforge.duckdb"
+
+# The DuckDB shell installed with traceforge (PyPI `duckdb-cli`, 1.5.x) reads storage versions up to
+# the 1.5 format; duckdb 2.x writes a newer one unless told otherwise. New stores are created in the
+# format both read. Raise this together with the duckdb-cli lower bound in pyproject.toml.
+SHELL_STORAGE_VERSION = "v1.5.0"
+
+
+class StoreError(Exception):
+    """A store that cannot be opened or used, with what to do about it."""
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+MIGRATIONS: list[Migration] = [
+    Migration(
+        1,
+        "ingest tables",
+        """
+        CREATE TABLE sources (
+            path TEXT PRIMARY KEY,
+            sha256 TEXT NOT NULL,
+            format TEXT,
+            bytes BIGINT,
+            records BIGINT,          -- records read from the file
+            ingested BIGINT,         -- records that became trace data
+            rejected BIGINT,         -- records written to `rejects`
+            skipped BIGINT,          -- records skipped by rule (progress lines, snapshots, ...)
+            skipped_by_kind JSON,
+            traces BIGINT,
+            duplicate_of TEXT,       -- same bytes as this already-ingested file: not read again
+            error TEXT,              -- why the file as a whole could not be read, if it could not
+            ingested_at TIMESTAMPTZ,
+            traceforge_version TEXT
+        );
+        CREATE TABLE traces (
+            trace_id TEXT PRIMARY KEY,
+            workload TEXT,
+            agent TEXT,
+            source_format TEXT,
+            source_path TEXT,
+            source_line BIGINT,
+            started_at TIMESTAMPTZ,
+            ended_at TIMESTAMPTZ,
+            outcome TEXT,            -- success | failure | unknown
+            parent_trace_id TEXT,    -- subagent runs and conversation branches
+            attributes JSON
+        );
+        CREATE TABLE llm_calls (
+            call_id TEXT PRIMARY KEY,
+            trace_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            model TEXT,
+            provider TEXT,
+            started_at TIMESTAMPTZ,
+            ended_at TIMESTAMPTZ,
+            duration_ms DOUBLE,
+            ttft_ms DOUBLE,
+            input_tokens BIGINT,        -- includes cached tokens (OpenTelemetry semantics)
+            cache_read_tokens BIGINT,   -- part of input_tokens served from the provider's cache
+            cache_write_tokens BIGINT,  -- part of input_tokens written to the cache
+            output_tokens BIGINT,       -- includes reasoning tokens
+            reasoning_tokens BIGINT,
+            usage_reported BOOLEAN NOT NULL,  -- false: the source gave no token counts at all
+            cost_usd DOUBLE,
+            finish_reason TEXT,
+            source_line BIGINT
+        );
+        CREATE TABLE tool_calls (
+            tool_call_id TEXT PRIMARY KEY,
+            trace_id TEXT NOT NULL,
+            call_id TEXT,            -- the LLM call that emitted it
+            seq INTEGER NOT NULL,    -- order in the trace
+            name TEXT NOT NULL,
+            arguments JSON,
+            result TEXT,
+            is_error BOOLEAN,
+            started_at TIMESTAMPTZ,
+            ended_at TIMESTAMPTZ,
+            duration_ms DOUBLE,
+            requestor TEXT,          -- assistant | user
+            source_tool_call_id TEXT -- the id the source gave, before any prefixing
+        );
+        CREATE TABLE messages (
+            trace_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            role TEXT NOT NULL,
+            content TEXT,
+            tool_calls JSON,         -- [{"id", "name", "arguments"}] on assistant messages
+            tool_call_id TEXT,       -- on tool messages: the call answered
+            name TEXT,
+            reasoning TEXT,
+            call_id TEXT,            -- on assistant messages: the LLM call that produced it
+            PRIMARY KEY (trace_id, seq)
+        );
+        CREATE TABLE tool_defs (
+            trace_id TEXT NOT NULL,
+            name TEXT NOT NULL,
+            description TEXT,
+            parameters JSON,
+            PRIMARY KEY (trace_id, name)
+        );
+        CREATE TABLE rejects (
+            source_path TEXT NOT NULL,
+            line BIGINT,             -- line number (JSON Lines) or record index (JSON documents)
+            error TEXT NOT NULL,
+            raw TEXT,
+            rejected_at TIMESTAMPTZ
+        );
+        """,
+    ),
+    Migration(
+        2,
+        "views for the common joins",
+        """
+        CREATE VIEW v_llm_calls AS
+        SELECT c.*,
+               c.input_tokens - coalesce(c.cache_read_tokens, 0) AS uncached_input_tokens,
+               t.workload, t.agent, t.source_format, t.source_path
+        FROM llm_calls c JOIN traces t USING (trace_id);
+
+        CREATE VIEW v_tool_calls AS
+        SELECT tc.*, c.model, c.seq AS llm_seq, t.workload, t.agent, t.source_format
+        FROM tool_calls tc
+        JOIN traces t USING (trace_id)
+        LEFT JOIN llm_calls c ON c.call_id = tc.call_id;
+
+        CREATE VIEW v_trace_summary AS
+        SELECT t.trace_id, t.workload, t.agent, t.source_format, t.outcome,
+               t.started_at, t.ended_at,
+               date_diff('millisecond', t.started_at, t.ended_at) AS duration_ms,
+               coalesce(c.llm_calls, 0) AS llm_calls,
+               coalesce(tc.tool_calls, 0) AS tool_calls,
+               coalesce(tc.tool_errors, 0) AS tool_errors,
+               c.input_tokens, c.cache_read_tokens, c.output_tokens, c.cost_usd
+        FROM traces t
+        LEFT JOIN (SELECT trace_id, count(*) AS llm_calls, sum(input_tokens) AS input_tokens,
+                          sum(cache_read_tokens) AS cache_read_tokens,
+                          sum(output_tokens) AS output_tokens, sum(cost_usd) AS cost_usd
+                   FROM llm_calls GROUP BY trace_id) c USING (trace_id)
+        LEFT JOIN (SELECT trace_id, count(*) AS tool_calls,
+                          count(*) FILTER (WHERE is_error) AS tool_errors
+                   FROM tool_calls GROUP BY trace_id) tc USING (trace_id);
+
+        CREATE VIEW v_usage_by_workload_model AS
+        SELECT coalesce(t.workload, '(none)') AS workload,
+               coalesce(c.model, '(unknown)') AS model,
+               count(DISTINCT c.trace_id) AS traces,
+               count(*) AS llm_calls,
+               sum(tc.n) AS tool_calls,
+               sum(c.input_tokens) AS input_tokens,
+               sum(c.cache_read_tokens) AS cache_read_tokens,
+               sum(c.output_tokens) AS output_tokens,
+               count(*) FILTER (WHERE NOT c.usage_reported) AS calls_without_usage,
+               sum(c.cost_usd) AS reported_cost_usd
+        FROM llm_calls c
+        JOIN traces t USING (trace_id)
+        LEFT JOIN (SELECT call_id, count(*) AS n FROM tool_calls GROUP BY call_id) tc
+               USING (call_id)
+        GROUP BY ALL;
+        """,
+    ),
+    Migration(
+        3,
+        "analysis tables",
+        """
+        CREATE TABLE tool_deps (
+            trace_id TEXT NOT NULL,
+            src_tool_call_id TEXT NOT NULL,
+            dst_tool_call_id TEXT NOT NULL,
+            kind TEXT NOT NULL,      -- explicit | data | state | control | derived | user_turn
+            evidence TEXT
+        );
+        CREATE TABLE trace_dag (
+            trace_id TEXT PRIMARY KEY,
+            tool_calls INTEGER,
+            observed_turns INTEGER,
+            min_turns INTEGER,
+            turns_saved INTEGER,
+            observed_ms DOUBLE,
+            parallel_ms DOUBLE,
+            tokens_saved BIGINT
+        );
+        CREATE TABLE workloads (
+            workload TEXT PRIMARY KEY,
+            traces BIGINT,
+            llm_calls BIGINT,
+            input_tokens BIGINT,
+            cache_read_tokens BIGINT,
+            output_tokens BIGINT,
+            cost_usd DOUBLE,
+            share DOUBLE,
+            rank INTEGER
+        );
+        """,
+    ),
+]
+
+SCHEMA_VERSION = MIGRATIONS[-1].version
+
+
+def connect(path: str | Path = DEFAULT_DB, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """Open (creating if needed) the store at `path`, upgraded to the current schema.
+
+    Raises StoreError with what to do when the file is held by another process, is not a DuckDB
+    database, or was written by a newer traceforge.
+    """
+    path = Path(path)
+    if read_only and not path.exists():
+        raise StoreError(f"{path}: no such store. Run `traceforge ingest` or `analyze` first.")
+    config = {} if path.exists() else {"storage_compatibility_version": SHELL_STORAGE_VERSION}
+    try:
+        con = duckdb.connect(str(path), read_only=read_only, config=config)
+    except duckdb.IOException as exc:
+        message = str(exc)
+        if "lock" in message.lower():
+            raise StoreError(
+                f"{path} is in use by another process (a running traceforge or DuckDB shell). "
+                "Wait for it to finish or close it, then rerun; or pass --db to use another store."
+            ) from exc
+        raise StoreError(f"{path}: cannot open as a DuckDB store: {message}") from exc
+    except duckdb.Error as exc:
+        raise StoreError(f"{path}: cannot open as a DuckDB store: {exc}") from exc
+    if not read_only:
+        migrate(con)
+    else:
+        _check_version(con, path)
+    return con
+
+
+def applied_migrations(con: duckdb.DuckDBPyConnection) -> list[int]:
+    exists = con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations'"
+    ).fetchone()[0]
+    if not exists:
+        return []
+    return [row[0] for row in con.execute("SELECT version FROM schema_migrations ORDER BY 1").fetchall()]
+
+
+def migrate(con: duckdb.DuckDBPyConnection, upto: int | None = None) -> list[int]:
+    """Apply the migrations not yet recorded in the store, each in its own transaction.
+
+    Returns the versions applied. `upto` stops at a given version (for tests of upgrades).
+    """
+    con.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations "
+        "(version INTEGER PRIMARY KEY, name TEXT, applied_at TIMESTAMPTZ)"
+    )
+    done = set(applied_migrations(con))
+    newer = [v for v in done if v > SCHEMA_VERSION]
+    if newer:
+        raise StoreError(
+            f"this store has schema version {max(newer)}, newer than this traceforge understands "
+            f"({SCHEMA_VERSION}). Upgrade traceforge (pip install -U traceforge)."
+        )
+    applied = []
+    for migration in MIGRATIONS:
+        if migration.version in done or (upto is not None and migration.version > upto):
+            continue
+        con.execute("BEGIN TRANSACTION")
+        try:
+            con.execute(migration.sql)
+            con.execute(
+                "INSERT INTO schema_migrations VALUES (?, ?, ?)",
+                [migration.version, migration.name, datetime.now(UTC)],
+            )
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
+        applied.append(migration.version)
+    return applied
+
+
+def _check_version(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    done = applied_migrations(con)
+    if not done:
+        raise StoreError(f"{path} is not a traceforge store (no schema_migrations table).")
+    if max(done) < SCHEMA_VERSION:
+        raise StoreError(
+            f"{path} has schema version {max(done)}; this traceforge needs {SCHEMA_VERSION}. "
+            "Any command that writes to it (`traceforge ingest --db FILE PATH`) upgrades it in place."
+        )
