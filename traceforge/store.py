@@ -216,7 +216,7 @@ MIGRATIONS: list[Migration] = [
     ),
 ]
 
-SCHEMA_VERSION = MIGRATIONS[-1].version
+SCHEMA_VERSION = max(m.version for m in MIGRATIONS)
 
 
 def connect(path: str | Path = DEFAULT_DB, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
@@ -274,7 +274,7 @@ def migrate(con: duckdb.DuckDBPyConnection, upto: int | None = None) -> list[int
             f"({SCHEMA_VERSION}). Upgrade traceforge (pip install -U traceforge)."
         )
     applied = []
-    for migration in MIGRATIONS:
+    for migration in sorted(MIGRATIONS, key=lambda m: m.version):
         if migration.version in done or (upto is not None and migration.version > upto):
             continue
         con.execute("BEGIN TRANSACTION")
