@@ -67,9 +67,14 @@ def run_ingest(paths, db, fmt) -> IngestReport:
 
 
 def exit_for(report: IngestReport, strict: bool) -> None:
-    """Exit 1 when nothing matched, when a whole file failed, or on rejects under --strict."""
+    """Exit 1 when nothing matched, when every file read failed, or on any reject under --strict.
+
+    A file that is not a trace among good ones is reported but does not fail the run by itself.
+    """
     totals = report.totals()
     if report.problems and not report.files:
+        sys.exit(1)
+    if totals["files_failed"] and totals["files_failed"] == len(report.files):
         sys.exit(1)
     if strict and totals["rejected"]:
         stderr().print(f"--strict: {totals['rejected']} rejected records or files.")

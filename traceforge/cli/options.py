@@ -33,11 +33,12 @@ strict_option = click.option(
 
 
 def stdout() -> Console:
-    return Console(soft_wrap=False)
+    """Report output. Long lines are not hard-wrapped, so messages stay one line when piped or grepped."""
+    return Console(soft_wrap=True)
 
 
 def stderr() -> Console:
-    return Console(stderr=True)
+    return Console(stderr=True, soft_wrap=True)
 
 
 class FileProgress:

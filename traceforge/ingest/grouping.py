@@ -56,14 +56,13 @@ def chain_records(
     """
     chains: list[Chain] = []
     chain_of: dict[int, int] = {}
-    owner: dict[bytes, int] = {}
+    owner: dict[tuple[str | None, bytes], int] = {}  # (conversation id, state) -> latest record
     continued: set[int] = set()
     for i, (prefixes, state, key) in enumerate(zip(prefix_hashes, state_hashes, keys, strict=True)):
         parent_item = None
         for digest in reversed(prefixes):
-            j = owner.get(digest)
-            if j is not None and keys[j] == key:
-                parent_item = j
+            parent_item = owner.get((key, digest))
+            if parent_item is not None:
                 break
         if parent_item is not None and parent_item not in continued:
             chain = chain_of[parent_item]
@@ -81,5 +80,5 @@ def chain_records(
         if parent_item is not None:
             continued.add(parent_item)
         chain_of[i] = chain
-        owner[state] = i
+        owner[(key, state)] = i
     return chains

@@ -23,8 +23,22 @@ from typing import Any
 from traceforge.model import Reject
 
 GZIP_MAGIC = b"\x1f\x8b"
-# Files that are certainly not traces, skipped when walking a folder (named explicitly, they are read).
-IGNORED_SUFFIXES = {".md", ".txt", ".py", ".sql", ".toml", ".yaml", ".yml", ".lock", ".png", ".jpg"}
+# Files that are certainly not traces, skipped when walking a folder (named explicitly, they are read):
+# docs and code beside the traces, and DuckDB stores (`traceforge analyze .` must not read its own store).
+IGNORED_SUFFIXES = {
+    ".md",
+    ".txt",
+    ".py",
+    ".sql",
+    ".toml",
+    ".yaml",
+    ".yml",
+    ".lock",
+    ".png",
+    ".jpg",
+    ".duckdb",
+    ".wal",
+}
 
 
 class SourceError(Exception):
@@ -128,45 +142,39 @@ def looks_binary(data: bytes) -> bool:
 def read_records(source: SourceFile, rejects: list[Reject]) -> Iterator[Record]:
     """Yield the records of a file; lines that are not JSON go to `rejects` with their line number.
 
-    Raises SourceError when the file as a whole is not JSON at all (binary, or neither JSON Lines nor
-    a JSON document).
+    The whole content is tried as one JSON document first (a JSON Lines file fails that at once, at
+    its second line). Otherwise it is read as JSON Lines, as long as at least one line holds a JSON
+    object or array: so a log whose first line was cut off still gives its other lines. Raises
+    SourceError when the file as a whole is not JSON (binary, prose, a truncated document).
     """
     data = _strip_bom(source.data)
     if looks_binary(data):
         raise SourceError("binary content, not JSON or JSON Lines")
     if not data.strip():
         return
-    if _is_json_lines(data):
-        yield from _read_json_lines(data, rejects)
-        return
+    document_error = None
     try:
         document = _loads(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise SourceError(f"not valid UTF-8 at byte {exc.start}; re-encode the file as UTF-8") from exc
+    except UnicodeDecodeError:
+        document_error = "not valid UTF-8"
     except json.JSONDecodeError as exc:
-        raise SourceError(
-            f"not JSON or JSON Lines: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        ) from exc
-    if isinstance(document, list):
-        for index, value in enumerate(document, start=1):
-            yield Record(line=index, value=value)
+        document_error = f"{exc.msg} at line {exc.lineno} column {exc.colno}"
     else:
-        yield Record(line=1, value=document)
-
-
-def _is_json_lines(data: bytes) -> bool:
-    """JSON Lines when the first non-empty line is a complete JSON value and another line follows,
-    or the whole file is that one line holding an object."""
-    lines = iter(data.splitlines())
-    first = next((ln for ln in lines if ln.strip()), b"")
-    try:
-        value = _loads(first.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return False
-    following = next((ln for ln in lines if ln.strip()), None)
-    if following is None:
-        return isinstance(value, dict)
-    return True
+        if isinstance(document, list):
+            for index, value in enumerate(document, start=1):
+                yield Record(line=index, value=value)
+        else:
+            yield Record(line=1, value=document)
+        return
+    line_rejects: list[Reject] = []
+    records = list(_read_json_lines(data, line_rejects))
+    if not any(isinstance(r.value, dict | list) for r in records):
+        raise SourceError(
+            f"not JSON or JSON Lines ({document_error}); if it is a truncated JSON document, "
+            "the writer may have crashed: restore or re-export it"
+        )
+    rejects.extend(line_rejects)
+    yield from records
 
 
 def _read_json_lines(data: bytes, rejects: list[Reject]) -> Iterator[Record]:

@@ -1,0 +1,145 @@
+"""The CLI as a user meets it: help, version, exit codes, messages, and the store it leaves."""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+from builders import OpenAILoop, openai_tool_call, write_jsonl
+
+from traceforge import __version__
+from traceforge.cli import cli
+
+
+def logs(tmp_path, n: int = 2):
+    folder = tmp_path / "logs"
+    for i in range(n):
+        loop = OpenAILoop("You are a support agent.", f"Where is order {1000 + i}?", workload="support")
+        loop.call(
+            tool_calls=[openai_tool_call(f"call_{i}", "get_order", {"order_id": str(1000 + i)})],
+            prompt_tokens=300,
+            completion_tokens=20,
+        )
+        loop.result(f"call_{i}", json.dumps({"status": "shipped"}))
+        loop.call(content="It has shipped.", prompt_tokens=350, completion_tokens=8, cached=256)
+        write_jsonl(folder / f"day{i}.jsonl", loop.records)
+    return folder
+
+
+def test_version_and_help_with_examples_on_every_verb(runner):
+    result = runner.invoke(cli, ["--version"])
+    assert result.exit_code == 0 and __version__ in result.output
+    assert "Examples:" in runner.invoke(cli, ["--help"]).output
+    for name, command in cli.commands.items():
+        help_text = runner.invoke(cli, [name, "--help"]).output
+        assert "Examples:" in help_text, f"`traceforge {name} --help` has no examples"
+        assert f"traceforge {name}" in help_text.split("Examples:")[1], name
+        assert command.help
+
+
+def test_analyze_prints_the_summary_and_leaves_the_store(runner, tmp_path):
+    db = tmp_path / "out.duckdb"
+    result = runner.invoke(cli, ["analyze", str(logs(tmp_path)), "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    assert "2 traces in 1 workloads" in result.output
+    assert "support" in result.output and "gpt-4o-2024-08-06" in result.output
+    assert "No rejected records." in result.output
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("SELECT sum(input_tokens), sum(cache_read_tokens) FROM llm_calls").fetchone() == (
+        1300,
+        512,
+    )
+    con.close()
+
+
+def test_analyze_json_is_machine_readable_and_rerun_reuses_the_store(runner, tmp_path):
+    folder, db = logs(tmp_path), tmp_path / "s.duckdb"
+    first = runner.invoke(cli, ["analyze", str(folder), "--db", str(db), "--json"])
+    summary = json.loads(first.stdout)
+    assert summary["totals"]["traces"] == 2 and summary["totals"]["tool_calls"] == 2
+    assert summary["by_workload_model"][0]["input_tokens"] == 1300
+    again = runner.invoke(cli, ["analyze", str(folder), "--db", str(db), "--json"])
+    assert json.loads(again.stdout)["totals"] == summary["totals"]
+    assert "Nothing new" in again.stderr
+
+
+def test_rejects_are_reported_and_strict_fails_the_run(runner, tmp_path):
+    folder = logs(tmp_path)
+    with open(folder / "day0.jsonl", "a") as fh:
+        fh.write('{"request": {"model": "gpt-4o", "messa\n')
+    db = str(tmp_path / "s.duckdb")
+    lenient = runner.invoke(cli, ["ingest", str(folder), "--db", db])
+    assert lenient.exit_code == 0
+    assert "1 rejected" in lenient.output
+    strict = runner.invoke(cli, ["analyze", str(folder), "--db", str(tmp_path / "t.duckdb"), "--strict"])
+    assert strict.exit_code == 1
+    assert "rejected records" in strict.output and "day0.jsonl:3" in strict.output
+
+
+def test_a_file_that_is_not_a_trace_gets_a_one_line_error(runner, tmp_path):
+    bogus = tmp_path / "settings.json"
+    bogus.write_text(json.dumps({"theme": "dark"}))
+    result = runner.invoke(cli, ["ingest", str(bogus), "--db", str(tmp_path / "s.duckdb")])
+    assert result.exit_code == 1
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "settings.json" in errors[0] and "--format" in errors[0]
+    assert "Traceback" not in result.output
+
+
+def test_bad_usage_exits_2_and_missing_paths_exit_1(runner, tmp_path):
+    assert runner.invoke(cli, ["ingest"]).exit_code == 2
+    assert runner.invoke(cli, ["ingest", str(tmp_path), "--format", "nonsense"]).exit_code == 2
+    missing = runner.invoke(cli, ["ingest", str(tmp_path / "nope"), "--db", str(tmp_path / "s.duckdb")])
+    assert missing.exit_code == 1 and "no such file or folder" in missing.output
+
+
+def test_forced_format_applies_to_every_file(runner, tmp_path):
+    folder = logs(tmp_path, n=1)
+    wrong = runner.invoke(
+        cli,
+        [
+            "ingest",
+            str(folder),
+            "--db",
+            str(tmp_path / "s.duckdb"),
+            "--format",
+            "anthropic-messages",
+            "--json",
+        ],
+    )
+    report = json.loads(wrong.stdout)
+    assert report["files"][0]["format"] == "anthropic-messages"  # as asked, even though detection differs
+
+
+def test_sql_runs_queries_and_explains_a_missing_store(runner, tmp_path):
+    db = str(tmp_path / "s.duckdb")
+    runner.invoke(cli, ["ingest", str(logs(tmp_path)), "--db", db])
+    result = runner.invoke(
+        cli, ["sql", "--db", db, "--json", "SELECT workload, count(*) AS n FROM traces GROUP BY 1"]
+    )
+    assert json.loads(result.output) == [{"workload": "support", "n": 2}]
+    csv_out = runner.invoke(cli, ["sql", "--db", db, "--csv", "SELECT count(*) AS n FROM tool_calls"])
+    assert csv_out.output.splitlines() == ["n", "2"]
+    broken = runner.invoke(cli, ["sql", "--db", db, "SELEC nothing"])
+    assert broken.exit_code == 1 and "syntax error" in broken.output.lower()
+    absent = runner.invoke(cli, ["sql", "--db", str(tmp_path / "absent.duckdb"), "SELECT 1"])
+    assert absent.exit_code == 1 and "traceforge analyze" in absent.output
+
+
+def test_a_store_in_use_gives_a_message_not_a_traceback(runner, tmp_path):
+    db = tmp_path / "busy.duckdb"
+    holder = duckdb.connect(str(db))  # another process's write lock looks the same to us
+    try:
+        import subprocess
+        import sys
+
+        out = subprocess.run(
+            [sys.executable, "-m", "traceforge", "ingest", str(logs(tmp_path)), "--db", str(db)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        holder.close()
+    assert out.returncode == 1
+    assert "in use by another process" in out.stderr and "Traceback" not in out.stderr

@@ -1,0 +1,161 @@
+"""Reading sources: folders, globs, gzip by content, format detection by content, idempotence,
+changed and duplicate files, and files that are not traces."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+
+from builders import OpenAILoop, openai_tool_call, write_jsonl
+
+from traceforge import store
+from traceforge.ingest import ingest_paths
+
+
+def conversation(user: str, n_tools: int = 2) -> list[dict]:
+    loop = OpenAILoop("You are helpful.", user)
+    for i in range(n_tools):
+        loop.call(tool_calls=[openai_tool_call(f"call_{user[:4]}_{i}", "lookup", {"q": f"{user} {i}"})])
+        loop.result(f"call_{user[:4]}_{i}", f"result {i}")
+    loop.call(content="done")
+    return loop.records
+
+
+def table_counts(con) -> dict[str, int]:
+    return {
+        t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+        for t in ("traces", "llm_calls", "tool_calls", "messages", "tool_defs", "rejects", "sources")
+    }
+
+
+def test_folders_globs_and_gzip_detected_by_content(tmp_path, con):
+    logs = tmp_path / "logs"
+    write_jsonl(logs / "a" / "day1.jsonl", conversation("alpha"))
+    write_jsonl(logs / "a" / "b" / "day2.log.gz", conversation("bravo"), compress=True)
+    # gzip without a .gz name, and a misleading name: content decides.
+    write_jsonl(logs / "archive.bin", conversation("charlie"), compress=True)
+    write_jsonl(logs / "anthropic_export.jsonl", conversation("delta"))
+
+    report = ingest_paths(con, [logs / "a", str(logs / "*.bin"), logs / "anthropic_export.jsonl"])
+
+    assert sorted(f.status for f in report.files) == ["new"] * 4
+    assert {f.format for f in report.files} == {"openai-chat"}
+    assert table_counts(con)["traces"] == 4
+
+
+def test_ingesting_the_same_files_twice_changes_nothing_and_says_so(tmp_path, con):
+    write_jsonl(tmp_path / "logs" / "one.jsonl", conversation("alpha") + conversation("bravo"))
+    ingest_paths(con, [tmp_path / "logs"])
+    before = table_counts(con)
+    ids = con.execute("SELECT trace_id FROM traces ORDER BY 1").fetchall()
+
+    again = ingest_paths(con, [tmp_path / "logs"])
+
+    assert [f.status for f in again.files] == ["unchanged"]
+    assert again.totals()["traces"] == 0
+    assert table_counts(con) == before
+    assert con.execute("SELECT trace_id FROM traces ORDER BY 1").fetchall() == ids
+
+
+def test_ids_are_stable_across_stores(tmp_path):
+    write_jsonl(tmp_path / "logs" / "one.jsonl", conversation("alpha") + conversation("bravo"))
+    ids = []
+    for name in ("first.duckdb", "second.duckdb"):
+        con = store.connect(tmp_path / name)
+        ingest_paths(con, [tmp_path / "logs"])
+        ids.append(
+            con.execute("SELECT trace_id, call_id, tool_call_id FROM v_tool_calls ORDER BY 1, 3").fetchall()
+        )
+        con.close()
+    assert ids[0] == ids[1] and ids[0]
+
+
+def test_a_changed_file_replaces_what_it_gave_without_duplicates(tmp_path, con):
+    path = write_jsonl(tmp_path / "logs" / "live.jsonl", conversation("alpha"))
+    ingest_paths(con, [path])
+    write_jsonl(path, conversation("alpha") + conversation("bravo"))  # the log grew
+
+    report = ingest_paths(con, [path])
+
+    assert [f.status for f in report.files] == ["changed"]
+    assert table_counts(con)["traces"] == 2
+    assert table_counts(con)["sources"] == 1
+    assert con.execute("SELECT count(*) - count(DISTINCT call_id) FROM llm_calls").fetchone()[0] == 0
+
+
+def test_same_bytes_under_another_path_are_not_ingested_twice(tmp_path, con):
+    path = write_jsonl(tmp_path / "logs" / "one.jsonl", conversation("alpha"))
+    ingest_paths(con, [path])
+    copy = tmp_path / "backup" / "one-copy.jsonl"
+    copy.parent.mkdir()
+    shutil.copy(path, copy)
+
+    report = ingest_paths(con, [copy])
+
+    assert [f.status for f in report.files] == ["duplicate"]
+    assert str(path) in report.files[0].message
+    assert table_counts(con)["traces"] == 1
+    assert [f.status for f in ingest_paths(con, [copy]).files] == ["unchanged"]
+
+
+def test_files_that_are_not_traces_get_one_clear_error_each(tmp_path, con):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text(json.dumps({"retries": 3, "endpoints": ["a", "b"]}))
+    (bad / "corrupt.jsonl.gz").write_bytes(gzip.compress(json.dumps(conversation("x")).encode())[:60])
+    (bad / "image.dat").write_bytes(bytes(range(256)) * 10)
+    (bad / "empty.jsonl").write_text("")
+    (bad / "prose.log").write_text("this is not json\nnor this\n")
+
+    report = ingest_paths(con, [bad])
+
+    messages = {f.path.rsplit("/", 1)[-1]: f.message for f in report.files}
+    assert {f.status for f in report.files} == {"failed"}
+    assert "not a recognised trace format" in messages["config.json"]
+    assert "gzip" in messages["corrupt.jsonl.gz"]
+    assert "binary" in messages["image.dat"]
+    assert "empty" in messages["empty.jsonl"]
+    assert "JSON" in messages["prose.log"]
+    rejects = dict(
+        con.execute(
+            "SELECT regexp_extract(source_path, '[^/]+$'), count(*) FROM rejects GROUP BY 1"
+        ).fetchall()
+    )
+    # every file is accounted for in `rejects`, with the start of its content where it is text
+    assert rejects == {
+        "config.json": 1,
+        "corrupt.jsonl.gz": 1,
+        "image.dat": 1,
+        "empty.jsonl": 1,
+        "prose.log": 1,
+    }
+    assert (
+        con.execute("SELECT raw FROM rejects WHERE source_path LIKE '%prose.log'")
+        .fetchone()[0]
+        .startswith("this is not json")
+    )
+    assert con.execute("SELECT count(*) FROM sources WHERE error IS NOT NULL").fetchone()[0] == 5
+
+
+def test_bom_crlf_and_odd_numbers_are_read(tmp_path, con):
+    records = conversation("alpha")
+    records[0]["response"]["usage"]["prompt_tokens"] = "120"  # a number as a string
+    records[1]["response"]["usage"]["completion_tokens"] = 10**30  # absurd: not a count
+    text = "\r\n".join(json.dumps(r) for r in records).replace('"result 0"', '"nan: NaN"') + "\r\n"
+    (tmp_path / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + text.encode())
+    report = ingest_paths(con, [tmp_path / "bom.jsonl"])
+    assert report.files[0].rejected == 0
+    tokens = con.execute("SELECT input_tokens, output_tokens FROM llm_calls ORDER BY seq").fetchall()
+    assert tokens[0][0] == 120 and tokens[1][1] is None
+
+
+def test_a_log_whose_first_line_was_cut_keeps_its_other_lines(tmp_path, con):
+    records = conversation("alpha")
+    lines = [json.dumps(r) for r in records]
+    lines[0] = lines[0][: len(lines[0]) // 2]  # the writer crashed mid-line
+    (tmp_path / "cut.jsonl").write_text("\n".join(lines) + "\n")
+    report = ingest_paths(con, [tmp_path / "cut.jsonl"])
+    assert report.files[0].status == "new"
+    assert con.execute("SELECT line FROM rejects").fetchall() == [(1,)]
+    assert con.execute("SELECT count(*) FROM llm_calls").fetchone()[0] == len(records) - 1

@@ -1,0 +1,214 @@
+"""The store: migrations, in-place upgrades, the DuckDB shell reading the file, clear errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import duckdb
+import pytest
+
+from traceforge import store
+from traceforge.cli.sql import shell_binary
+
+CONTRACT = {
+    "traces": {
+        "trace_id",
+        "workload",
+        "agent",
+        "source_format",
+        "source_path",
+        "started_at",
+        "ended_at",
+        "outcome",
+        "attributes",
+    },
+    "llm_calls": {
+        "call_id",
+        "trace_id",
+        "seq",
+        "model",
+        "provider",
+        "started_at",
+        "ended_at",
+        "duration_ms",
+        "ttft_ms",
+        "input_tokens",
+        "cache_read_tokens",
+        "cache_write_tokens",
+        "output_tokens",
+        "reasoning_tokens",
+        "usage_reported",
+        "cost_usd",
+        "finish_reason",
+    },
+    "tool_calls": {
+        "tool_call_id",
+        "trace_id",
+        "call_id",
+        "seq",
+        "name",
+        "arguments",
+        "result",
+        "is_error",
+        "started_at",
+        "ended_at",
+        "duration_ms",
+        "requestor",
+    },
+    "messages": {"trace_id", "seq", "role", "content", "tool_calls", "tool_call_id", "name"},
+    "tool_defs": {"trace_id", "name", "description", "parameters"},
+    "sources": {"path", "sha256", "format", "records", "rejected", "ingested_at"},
+    "rejects": {"source_path", "line", "error", "raw"},
+    "tool_deps": {"trace_id", "src_tool_call_id", "dst_tool_call_id", "kind", "evidence"},
+    "trace_dag": {
+        "trace_id",
+        "tool_calls",
+        "observed_turns",
+        "min_turns",
+        "turns_saved",
+        "observed_ms",
+        "parallel_ms",
+        "tokens_saved",
+    },
+    "workloads": {
+        "workload",
+        "traces",
+        "llm_calls",
+        "input_tokens",
+        "cache_read_tokens",
+        "output_tokens",
+        "cost_usd",
+        "share",
+        "rank",
+    },
+}
+
+
+def columns(con, table: str) -> set[str]:
+    rows = con.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [table]
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
+def test_new_store_has_every_contract_table_and_column(con):
+    for table, wanted in CONTRACT.items():
+        assert wanted <= columns(con, table), f"{table} lacks {wanted - columns(con, table)}"
+    assert store.applied_migrations(con) == sorted(m.version for m in store.MIGRATIONS)
+
+
+def test_timestamps_are_timestamptz(con):
+    types = dict(
+        con.execute(
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'llm_calls'"
+        ).fetchall()
+    )
+    assert types["started_at"] == "TIMESTAMP WITH TIME ZONE"
+
+
+def test_older_store_upgrades_in_place_keeping_its_rows(db_path):
+    con = duckdb.connect(str(db_path), config={"storage_compatibility_version": store.SHELL_STORAGE_VERSION})
+    store.migrate(con, upto=1)
+    con.execute("INSERT INTO traces (trace_id, workload, outcome) VALUES ('t1', 'w', 'unknown')")
+    assert "v_trace_summary" not in {
+        r[0] for r in con.execute("SELECT view_name FROM duckdb_views()").fetchall()
+    }
+    con.close()
+
+    con = store.connect(db_path)
+    assert store.applied_migrations(con) == sorted(m.version for m in store.MIGRATIONS)
+    assert con.execute("SELECT trace_id, llm_calls FROM v_trace_summary").fetchall() == [("t1", 0)]
+    con.close()
+
+
+def test_store_from_a_newer_traceforge_is_refused(db_path):
+    con = store.connect(db_path)
+    con.execute("INSERT INTO schema_migrations VALUES (9999, 'from the future', now())")
+    con.close()
+    with pytest.raises(store.StoreError, match="newer than this traceforge"):
+        store.connect(db_path)
+
+
+def test_duckdb_shell_from_duckdb_cli_reads_the_store(con, db_path):
+    con.execute("INSERT INTO traces (trace_id, workload, outcome) VALUES ('t1', 'travel', 'success')")
+    con.close()
+    binary = shell_binary()
+    assert binary, "the duckdb shell (PyPI duckdb-cli) must be installed with traceforge"
+    out = subprocess.run(
+        [
+            binary,
+            "-readonly",
+            "-csv",
+            str(db_path),
+            "-c",
+            "SELECT workload, count(*) AS n FROM traces GROUP BY 1; SELECT count(*) FROM v_trace_summary;",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "travel,1" in out.stdout
+
+
+def test_store_held_by_another_process_gives_a_clear_error(db_path):
+    store.connect(db_path).close()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb, time; c = duckdb.connect({str(db_path)!r}); print('ok', flush=True); "
+            "time.sleep(30)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ok"
+        with pytest.raises(store.StoreError, match="in use by another process"):
+            store.connect(db_path)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_not_a_database_file_is_a_clear_error(tmp_path):
+    bogus = tmp_path / "notes.duckdb"
+    bogus.write_text("hello, not a database\n" * 100)
+    with pytest.raises(store.StoreError, match="cannot open as a DuckDB store"):
+        store.connect(bogus)
+
+
+def test_read_only_open_of_a_missing_store_says_what_to_run(tmp_path):
+    with pytest.raises(store.StoreError, match="traceforge ingest"):
+        store.connect(tmp_path / "absent.duckdb", read_only=True)
+
+
+def test_every_table_view_and_column_is_documented(con):
+    """docs/schema.md is the store's reference: a migration that adds a table, view or column must
+    document it, each table's columns in that table's own section."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "schema.md").read_text()
+    sections = {m.group(1): m.group(2) for m in re.finditer(r"### `(\w+)`[^\n]*\n(.*?)(?=\n#|\Z)", doc, re.S)}
+    tables = con.execute(
+        "SELECT table_name, table_type FROM information_schema.tables "
+        "WHERE table_schema = 'main' AND table_name <> 'schema_migrations'"
+    ).fetchall()
+    missing = []
+    for table, kind in tables:
+        if kind == "VIEW":
+            if f"`{table}`" not in doc:
+                missing.append(table)
+            continue
+        section = sections.get(table, "")
+        columns = [
+            r[0]
+            for r in con.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [table]
+            ).fetchall()
+        ]
+        missing += [f"{table}.{c}" for c in columns if not re.search(rf"\b{c}\b", section)]
+    assert not missing, f"undocumented in docs/schema.md: {missing}"
