@@ -186,6 +186,7 @@ def _delete_source(con: duckdb.DuckDBPyConnection, path: str) -> None:
 @dataclass
 class _Ids:
     trace: dict[int, str]  # id(trace) -> trace_id
+    by_source: dict[str, str]  # source_id -> trace_id over the batch, so a parent in another file resolves
     call: dict[tuple[int, int], str]  # (id(trace), call index) -> call_id
     tool: dict[tuple[int, str], str]  # (id(trace), local_id) -> tool_call_id
 
@@ -253,7 +254,10 @@ def _assign_ids(con: duckdb.DuckDBPyConnection, files: list[ParsedFile]) -> _Ids
         fallback_tools,
         _taken(con, "tool_calls", "tool_call_id", list(wanted_tools.values())),
     )
-    return _Ids(trace_ids, call_ids, tool_ids)
+    by_source: dict[str, str] = {}
+    for _, t in traces:
+        by_source.setdefault(t.source_id, trace_ids[id(t)])
+    return _Ids(trace_ids, by_source, call_ids, tool_ids)
 
 
 def _add_file(rows: Rows, parsed: ParsedFile, ids: _Ids) -> None:
@@ -309,7 +313,7 @@ def _add_trace(rows: Rows, path: str, trace: Trace, ids: _Ids, by_source_id: dic
         started_at=trace.started_at,
         ended_at=trace.ended_at,
         outcome=trace.outcome,
-        parent_trace_id=by_source_id.get(parent, parent) if parent else None,
+        parent_trace_id=(by_source_id.get(parent) or ids.by_source.get(parent, parent)) if parent else None,
         attributes=to_json(trace.attributes),
     )
     call_ids = [ids.call[(key, i)] for i in range(len(trace.llm_calls))]

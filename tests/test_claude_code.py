@@ -1,0 +1,422 @@
+"""Claude Code session logs: the real spotter session with its subagent and compaction side-chain,
+and hand-written fixtures for split messages, parallel calls, errors, branches and linking.
+
+Expected numbers for the real files are computed here from the raw JSON Lines with plain `json`,
+never taken from the adapter."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from traceforge import store
+from traceforge.cli import cli
+from traceforge.ingest import anthropic_messages, claude_code, openai_chat
+from traceforge.ingest.sources import Record
+
+FIXTURES = Path(__file__).parent / "fixtures" / "claude_code"
+SESSION = "4d5611e5-241a-462a-8d15-5122611a9569"
+LINKED = "33333333-3333-4333-8333-333333333333"
+
+
+def ingest(runner, db_path: Path, *paths: Path):
+    result = runner.invoke(cli, ["ingest", *map(str, paths), "--db", str(db_path), "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def query(db_path: Path, sql: str, params: list | None = None) -> list[tuple]:
+    con = store.connect(db_path)
+    try:
+        return con.execute(sql, params or []).fetchall()
+    finally:
+        con.close()
+
+
+def raw_lines(path: Path) -> list[dict]:
+    return [json.loads(text) for text in path.read_text().splitlines() if text.strip()]
+
+
+def expected_from_raw(path: Path) -> dict:
+    """What a correct reading of one file gives, by the rules stated in docs/formats/claude-code.md:
+    one LLM call per message.id, its usage once (the line with the largest output_tokens), one tool
+    call per tool_use id, every non-message line skipped under its own type."""
+    lines = raw_lines(path)
+    by_message: dict[str, list[dict]] = {}
+    tool_ids = set()
+    for line in lines:
+        if line["type"] != "assistant" or line["message"].get("model") == "<synthetic>":
+            continue
+        by_message.setdefault(line["message"]["id"], []).append(line["message"]["usage"])
+        tool_ids |= {b["id"] for b in line["message"]["content"] if b["type"] == "tool_use"}
+    usages = [max(us, key=lambda u: u["output_tokens"]) for us in by_message.values()]
+    return {
+        "records": len(lines),
+        "message_lines": sum(1 for line in lines if line["type"] in ("user", "assistant")),
+        "llm_calls": len(by_message),
+        "tool_calls": len(tool_ids),
+        "input_tokens": sum(
+            u["input_tokens"] + u["cache_read_input_tokens"] + u["cache_creation_input_tokens"]
+            for u in usages
+        ),
+        "cache_read_tokens": sum(u["cache_read_input_tokens"] for u in usages),
+        "output_tokens": sum(u["output_tokens"] for u in usages),
+        "skipped": Counter(line["type"] for line in lines if line["type"] not in ("user", "assistant")),
+    }
+
+
+def stored_for(db_path: Path, path: Path) -> dict:
+    [(records, ingested, rejected, skipped)] = query(
+        db_path,
+        "SELECT records, ingested, rejected, skipped_by_kind FROM sources WHERE path = ?",
+        [str(path)],
+    )
+    [(calls, inputs, reads, outputs)] = query(
+        db_path,
+        """SELECT count(*), sum(input_tokens), sum(cache_read_tokens), sum(output_tokens)
+           FROM llm_calls JOIN traces USING (trace_id) WHERE source_path = ?""",
+        [str(path)],
+    )
+    [(tools,)] = query(
+        db_path,
+        "SELECT count(*) FROM tool_calls JOIN traces USING (trace_id) WHERE source_path = ?",
+        [str(path)],
+    )
+    return {
+        "records": records,
+        "ingested": ingested,
+        "rejected": rejected,
+        "skipped": json.loads(skipped),
+        "llm_calls": calls,
+        "input_tokens": inputs or 0,
+        "cache_read_tokens": reads or 0,
+        "output_tokens": outputs or 0,
+        "tool_calls": tools,
+    }
+
+
+def real_files(shared_data: Path) -> list[Path]:
+    return sorted((shared_data / "claude-code").rglob("*.jsonl"))
+
+
+def test_real_session_and_subagents_ingest_with_counts_from_the_raw_lines(shared_data, runner, db_path):
+    files = real_files(shared_data)
+    assert len(files) == 3
+    report = ingest(runner, db_path, shared_data / "claude-code")
+    assert {f["format"] for f in report["files"]} == {"claude-code"}
+    assert report["totals"]["rejected"] == 0
+    for path in files:
+        expected, stored = expected_from_raw(path), stored_for(db_path, path)
+        assert stored["rejected"] == 0, path
+        assert stored["records"] == expected["records"], path
+        for key in ("llm_calls", "tool_calls", "input_tokens", "cache_read_tokens", "output_tokens"):
+            assert stored[key] == expected[key], (path.name, key)
+        # Every non-message line is skipped under its type; message lines are ingested, except user
+        # lines of a branch that made no LLM call (counted as `user-off-branch`).
+        by_type = {k: v for k, v in stored["skipped"].items() if k != "user-off-branch"}
+        assert by_type == dict(expected["skipped"]), path.name
+        assert stored["ingested"] + stored["skipped"].get("user-off-branch", 0) == expected["message_lines"]
+    session = next(p for p in files if p.name == f"{SESSION}.jsonl")
+    assert expected_from_raw(session)["llm_calls"] < sum(
+        1 for line in raw_lines(session) if line["type"] == "assistant"
+    ), "the real session splits messages over lines: the test would not show grouping otherwise"
+
+
+def test_real_session_is_one_trace_across_its_compaction(shared_data, runner, db_path):
+    session = shared_data / "claude-code" / f"{SESSION}.jsonl"
+    ingest(runner, db_path, session)
+    lines = raw_lines(session)
+    [(trace_id, workload, agent, started, ended, attributes)] = query(
+        db_path,
+        "SELECT trace_id, workload, agent, started_at, ended_at, attributes FROM traces",
+    )
+    attributes = json.loads(attributes)
+    assert trace_id == SESSION
+    assert agent == "claude-code"
+    assert workload == next(line["cwd"] for line in lines if "cwd" in line)
+    stamps = [datetime.fromisoformat(line["timestamp"]) for line in lines if "timestamp" in line]
+    assert (started, ended) == (min(stamps), max(stamps))
+    boundaries = [n for n, line in enumerate(lines, 1) if line.get("subtype") == "compact_boundary"]
+    assert [c["line"] for c in attributes["compactions"]] == boundaries
+    # The message right after the boundary is the summary the model continued from.
+    seq = attributes["compactions"][0]["message_seq"]
+    [(content,)] = query(db_path, "SELECT content FROM messages WHERE seq = ?", [seq])
+    summary = next(line for line in lines if line.get("isCompactSummary"))
+    assert content == summary["message"]["content"]
+
+
+def test_real_llm_call_times_and_tool_durations_come_from_line_timestamps(shared_data, runner, db_path):
+    session = shared_data / "claude-code" / f"{SESSION}.jsonl"
+    ingest(runner, db_path, session)
+    lines = raw_lines(session)
+    by_uuid = {line["uuid"]: line for line in lines if "uuid" in line}
+    first_id = next(line["message"]["id"] for line in lines if line["type"] == "assistant")
+    parts = [line for line in lines if line["type"] == "assistant" and line["message"]["id"] == first_id]
+    sent = datetime.fromisoformat(by_uuid[parts[0]["parentUuid"]]["timestamp"])
+    last = max(datetime.fromisoformat(p["timestamp"]) for p in parts)
+    [(started, ended, duration)] = query(
+        db_path, "SELECT started_at, ended_at, duration_ms FROM llm_calls WHERE call_id = ?", [first_id]
+    )
+    assert (started, ended) == (sent, last)
+    assert duration == (last - sent).total_seconds() * 1000
+    uses = {
+        b["id"]: line["timestamp"]
+        for line in lines
+        if line["type"] == "assistant"
+        for b in line["message"]["content"]
+        if b["type"] == "tool_use"
+    }
+    results = {
+        b["tool_use_id"]: (line["timestamp"], b.get("is_error", False))
+        for line in lines
+        if line["type"] == "user" and isinstance(line["message"]["content"], list)
+        for b in line["message"]["content"]
+        if b.get("type") == "tool_result"
+    }
+    stored = query(db_path, "SELECT tool_call_id, started_at, ended_at, is_error, call_id FROM tool_calls")
+    assert len(stored) == len(uses)
+    for tool_id, started, ended, is_error, _ in stored:
+        assert started == datetime.fromisoformat(uses[tool_id])
+        assert ended == datetime.fromisoformat(results[tool_id][0])
+        assert is_error == results[tool_id][1]
+    assert sum(1 for _, _, _, is_error, _ in stored if is_error) == sum(e for _, e in results.values()) > 0
+    # Parallel tool_use blocks of one message are one turn: they share the LLM call.
+    per_message = Counter(
+        line["message"]["id"]
+        for line in lines
+        if line["type"] == "assistant"
+        for b in line["message"]["content"]
+        if b["type"] == "tool_use"
+    )
+    assert Counter(call_id for *_, call_id in stored) == per_message
+
+
+def test_real_subagent_is_linked_to_the_task_call_and_compaction_is_marked(shared_data, runner, db_path):
+    folder = shared_data / "claude-code"
+    ingest(runner, db_path, folder)
+    parent_lines = raw_lines(folder / f"{SESSION}.jsonl")
+    task_ids = {
+        line["data"]["agentId"]: line["parentToolUseID"]
+        for line in parent_lines
+        if line["type"] == "progress" and line["data"].get("type") == "agent_progress"
+    }
+    rows = {
+        trace_id: (parent, json.loads(attributes))
+        for trace_id, parent, attributes in query(
+            db_path, "SELECT trace_id, parent_trace_id, attributes FROM traces"
+        )
+    }
+    for path in (folder / SESSION / "subagents").glob("agent-*.jsonl"):
+        agent_id = raw_lines(path)[0]["agentId"]
+        parent, attributes = rows[f"{SESSION}/agent-{agent_id}"]
+        assert parent == SESSION
+        assert attributes["agent_id"] == agent_id
+        if path.name.startswith("agent-acompact-"):
+            assert attributes["kind"] == "compaction"
+            assert "parent_tool_call_id" not in attributes
+        else:
+            assert attributes["kind"] == "subagent"
+            assert attributes["parent_tool_call_id"] == task_ids[agent_id]
+            [(name,)] = query(
+                db_path,
+                "SELECT name FROM tool_calls WHERE trace_id = ? AND tool_call_id = ?",
+                [SESSION, task_ids[agent_id]],
+            )
+            assert name in ("Task", "Agent")
+    session_attributes = rows[SESSION][1]
+    assert set(session_attributes["subagents"]) == set(task_ids)
+
+
+def test_real_subagent_ingested_before_its_session_still_resolves(shared_data, runner, db_path):
+    folder = shared_data / "claude-code"
+    ingest(runner, db_path, folder / SESSION / "subagents")
+    ingest(runner, db_path, folder / f"{SESSION}.jsonl")
+    orphans = query(
+        db_path,
+        """SELECT c.trace_id FROM traces c LEFT JOIN traces p ON p.trace_id = c.parent_trace_id
+           WHERE c.parent_trace_id IS NOT NULL AND p.trace_id IS NULL""",
+    )
+    assert orphans == []
+    [(children,)] = query(db_path, "SELECT count(*) FROM traces WHERE parent_trace_id = ?", [SESSION])
+    assert children == 2
+
+
+def test_split_message_is_one_call_with_usage_once_and_parallel_tools(runner, db_path):
+    path = FIXTURES / "parallel_session.jsonl"
+    report = ingest(runner, db_path, path)
+    assert report["files"][0]["format"] == "claude-code"
+    calls = query(
+        db_path,
+        """SELECT call_id, input_tokens, cache_read_tokens, cache_write_tokens, output_tokens,
+                  started_at, ended_at FROM llm_calls ORDER BY seq""",
+    )
+    # msg_A is four lines; its usage (3 + 5000 read + 1000 written, final output 120) counts once.
+    assert [(c[0], c[1], c[2], c[3], c[4]) for c in calls] == [
+        ("msg_A", 6003, 5000, 1000, 120),
+        ("msg_B", 6304, 6003, 300, 41),
+    ]
+    # msg_A went out when the user's line was written and ended with its last block's line.
+    assert calls[0][5].isoformat() == "2026-03-02T10:00:01+00:00"
+    assert calls[0][6].isoformat() == "2026-03-02T10:00:04.400000+00:00"
+    tools = query(
+        db_path,
+        "SELECT tool_call_id, name, call_id, is_error, duration_ms, result FROM tool_calls ORDER BY seq",
+    )
+    assert [(t[0], t[1], t[2], t[3], t[4]) for t in tools] == [
+        ("toolu_X", "Bash", "msg_A", True, 2000.0),
+        ("toolu_Y", "Read", "msg_A", False, 500.0),
+    ]
+    assert tools[0][5].startswith("Exit code 1")
+    messages = query(db_path, "SELECT role, tool_calls, tool_call_id, reasoning FROM messages ORDER BY seq")
+    assert [m[0] for m in messages] == ["user", "assistant", "tool", "tool", "assistant", "user"]
+    assert [c["id"] for c in json.loads(messages[1][1])] == ["toolu_X", "toolu_Y"]
+    assert messages[1][3] == "The two lookups are independent."
+    assert {messages[2][2], messages[3][2]} == {"toolu_X", "toolu_Y"}
+    [(skipped, ingested)] = query(db_path, "SELECT skipped_by_kind, ingested FROM sources")
+    assert json.loads(skipped) == {
+        "file-history-snapshot": 1,
+        "progress": 2,
+        "queue-operation": 1,
+        "system": 1,
+        "assistant-synthetic": 1,
+    }
+    assert ingested == 9
+
+
+def test_rewound_conversation_keeps_the_last_branch_and_the_abandoned_one_as_a_child(runner, db_path):
+    ingest(runner, db_path, FIXTURES / "branched_session.jsonl")
+    session = "22222222-2222-4222-8222-222222222222"
+    traces = query(db_path, "SELECT trace_id, parent_trace_id, attributes FROM traces ORDER BY trace_id")
+    assert [(t[0], t[1]) for t in traces] == [(session, None), (f"{session}/branch-u-2", session)]
+    assert json.loads(traces[1][2])["forked_from_uuid"] == "a-1"
+    calls = query(db_path, "SELECT trace_id, call_id FROM llm_calls ORDER BY trace_id, seq")
+    assert calls == [
+        (session, "msg_1"),
+        (session, "msg_4"),
+        (session, "msg_5"),
+        (f"{session}/branch-u-2", "msg_2"),
+        (f"{session}/branch-u-2", "msg_3"),
+    ]
+    contents = [
+        c
+        for (c,) in query(db_path, "SELECT content FROM messages WHERE trace_id = ? ORDER BY seq", [session])
+    ]
+    assert "Actually it is in helpers.py." in contents
+    assert "utils.py" not in contents and "hmm, wait" not in contents
+    [(skipped,)] = query(db_path, "SELECT skipped_by_kind FROM sources")
+    assert json.loads(skipped) == {"user-off-branch": 1}  # the prompt that was never answered
+
+
+def test_subagent_links_to_task_call_in_the_same_run(runner, db_path):
+    ingest(runner, db_path, FIXTURES / "linked")
+    [(parent, attributes)] = query(
+        db_path,
+        "SELECT parent_trace_id, attributes FROM traces WHERE trace_id = ?",
+        [f"{LINKED}/agent-a5b6c7d"],
+    )
+    attributes = json.loads(attributes)
+    assert parent == LINKED
+    assert (attributes["kind"], attributes["parent_tool_call_id"]) == ("subagent", "toolu_T")
+    assert attributes["parent_link"] == "tool_result"
+    [(models,)] = query(
+        db_path, "SELECT list(DISTINCT model) FROM llm_calls WHERE trace_id = ?", [f"{LINKED}/agent-a5b6c7d"]
+    )
+    assert models == ["claude-haiku-4-5"]
+    [(subagents,)] = query(db_path, "SELECT attributes->'subagents' FROM traces WHERE trace_id = ?", [LINKED])
+    assert json.loads(subagents)["a5b6c7d"]["trace_id"] == f"{LINKED}/agent-a5b6c7d"
+
+
+def test_subagent_without_its_session_file_links_once_the_session_arrives(runner, db_path, tmp_path):
+    alone = tmp_path / "project" / LINKED / "subagents"
+    alone.mkdir(parents=True)
+    child = shutil.copy(FIXTURES / "linked" / LINKED / "subagents" / "agent-a5b6c7d.jsonl", alone)
+    ingest(runner, db_path, Path(child))
+    [(parent, attributes)] = query(db_path, "SELECT parent_trace_id, attributes FROM traces")
+    assert parent == LINKED
+    assert "parent_tool_call_id" not in json.loads(attributes)
+    assert json.loads(attributes)["parent_link"].startswith("not found")
+    ingest(runner, db_path, FIXTURES / "linked" / f"{LINKED}.jsonl")
+    [(tool_call_id, name)] = query(
+        db_path,
+        """SELECT tc.tool_call_id, tc.name
+           FROM traces c JOIN traces p ON p.trace_id = c.parent_trace_id
+           JOIN tool_calls tc ON tc.trace_id = p.trace_id
+             AND tc.tool_call_id = p.attributes->'subagents'->(c.attributes->>'agent_id')->>'tool_call_id'
+           WHERE c.trace_id = ?""",
+        [f"{LINKED}/agent-a5b6c7d"],
+    )
+    assert (tool_call_id, name) == ("toolu_T", "Task")
+
+
+def test_parent_in_another_file_of_the_batch_resolves_to_its_final_id(runner, db_path, tmp_path):
+    # An older copy of the session holds the id first, so this run's session gets a suffixed id:
+    # its subagent, in another file of the same batch, must point at that one.
+    older = tmp_path / f"{LINKED}.jsonl"
+    older.write_text("".join((FIXTURES / "linked" / f"{LINKED}.jsonl").read_text().splitlines(True)[:2]))
+    ingest(runner, db_path, older)
+    ingest(runner, db_path, FIXTURES / "linked")
+    [(parent_id,)] = query(
+        db_path,
+        "SELECT trace_id FROM traces WHERE source_path = ?",
+        [str(FIXTURES / "linked" / f"{LINKED}.jsonl")],
+    )
+    assert parent_id != LINKED and parent_id.startswith(LINKED)
+    [(child_parent,)] = query(
+        db_path, "SELECT parent_trace_id FROM traces WHERE trace_id = ?", [f"{LINKED}/agent-a5b6c7d"]
+    )
+    assert child_parent == parent_id
+
+
+def test_bad_lines_are_rejected_with_their_line_and_the_rest_kept(runner, db_path, tmp_path):
+    lines = (FIXTURES / "parallel_session.jsonl").read_text().splitlines()
+    bad = tmp_path / "session.jsonl"
+    bad.write_text(
+        "\n".join(
+            [*lines[:3], '{"no_type": true}', '{"type": "user", "uuid": "z"}', "{truncated", *lines[3:]]
+        )
+        + "\n"
+    )
+    ingest(runner, db_path, bad)
+    rejects = query(db_path, "SELECT line, error FROM rejects ORDER BY line")
+    assert [line for line, _ in rejects] == [4, 5, 6]
+    assert "string `type`" in rejects[0][1] and "without a `message`" in rejects[1][1]
+    [(calls,)] = query(db_path, "SELECT count(*) FROM llm_calls")
+    assert calls == 2
+
+
+def record(value: dict) -> Record:
+    return Record(1, value, json.dumps(value))
+
+
+@pytest.mark.parametrize("name", ["parallel_session.jsonl", "branched_session.jsonl"])
+def test_sniffing_claims_claude_code_and_leaves_the_others(name):
+    sample = [record(v) for v in raw_lines(FIXTURES / name)]
+    assert claude_code.sniff(sample) >= 0.5
+    assert anthropic_messages.sniff(sample) < 0.5
+    assert openai_chat.sniff(sample) < 0.5
+
+
+def test_sniffing_leaves_anthropic_messages_logs_alone():
+    log = {
+        "request": {
+            "model": "claude-sonnet-4-5",
+            "messages": [{"role": "user", "content": "hi"}],
+            "metadata": {"user_id": "u"},
+        },
+        "response": {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "text", "text": "hello"}],
+            "stop_reason": "end_turn",
+            "usage": {"input_tokens": 3, "output_tokens": 2},
+        },
+    }
+    transcript = {"session_id": "s", "messages": [{"role": "user", "content": [{"type": "tool_result"}]}]}
+    assert claude_code.sniff([record(log), record(transcript)]) < 0.5
+    assert anthropic_messages.sniff([record(log)]) >= 0.5
