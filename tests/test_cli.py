@@ -143,3 +143,18 @@ def test_a_store_in_use_gives_a_message_not_a_traceback(runner, tmp_path):
         holder.close()
     assert out.returncode == 1
     assert "in use by another process" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_sql_without_a_query_opens_the_duckdb_shell_on_the_store(runner, tmp_path):
+    import subprocess
+    import sys
+
+    db = str(tmp_path / "s.duckdb")
+    runner.invoke(cli, ["ingest", str(logs(tmp_path)), "--db", db])
+    shell = subprocess.run(
+        [sys.executable, "-m", "traceforge", "sql", "--db", db],
+        input=".mode csv\nSELECT count(*) AS traces FROM traces;\n",
+        capture_output=True, text=True, timeout=60,
+    )
+    assert shell.returncode == 0, shell.stderr
+    assert shell.stdout.split() == ["traces", "2"]
