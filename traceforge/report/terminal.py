@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -84,18 +85,17 @@ def render_summary(console: Console, summary: dict[str, Any], db: str) -> None:
             f"{t['calls_without_usage']} LLM calls came without token counts (transcripts): "
             "their tokens are not in these sums."
         )
-    table = Table(title="Usage by workload and model", title_justify="left", pad_edge=False)
-    for column, justify in (
-        ("workload", "left"),
-        ("model", "left"),
-        ("traces", "right"),
-        ("calls", "right"),
-        ("tools", "right"),
-        ("in", "right"),
-        ("cached", "right"),
-        ("out", "right"),
-    ):
-        table.add_column(column, justify=justify, overflow="fold")
+    table = Table(
+        title="Usage by workload and model",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 0, 0, 1),
+        pad_edge=False,
+    )
+    table.add_column("workload", overflow="fold", min_width=10)
+    table.add_column("model", overflow="fold", min_width=16)
+    for column in ("traces", "calls", "tools", "in", "cached", "out"):
+        table.add_column(column, justify="right", no_wrap=True)
     for row in summary["by_workload_model"]:
         table.add_row(
             row["workload"],
@@ -107,7 +107,7 @@ def render_summary(console: Console, summary: dict[str, Any], db: str) -> None:
             human(row["cache_read_tokens"]) if row["llm_calls"] > row["calls_without_usage"] else "-",
             human(row["output_tokens"]) if row["llm_calls"] > row["calls_without_usage"] else "-",
         )
-    console.print(table)
+    console.print(table, soft_wrap=False)  # a table fits the terminal width
     if t["rejects"]:
         console.print(f"[yellow]{t['rejects']} rejected records[/] (kept in the `rejects` table):")
         for reason in summary["reject_reasons"]:
