@@ -41,7 +41,7 @@ def test_analyze_prints_the_summary_and_leaves_the_store(runner, tmp_path):
     db = tmp_path / "out.duckdb"
     result = runner.invoke(cli, ["analyze", str(logs(tmp_path)), "--db", str(db)])
     assert result.exit_code == 0, result.output
-    assert "2 traces in 1 workloads" in result.output
+    assert "2 traces in 1 workload," in result.output
     assert "support" in result.output and "gpt-4o-2024-08-06" in result.output
     assert "No rejected records." in result.output
     con = duckdb.connect(str(db), read_only=True)

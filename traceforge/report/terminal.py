@@ -23,6 +23,11 @@ def human(n: float | int | None) -> str:
     return f"{n:.0f}" if n == int(n) else f"{n:.2f}"
 
 
+def plural(n: int, word: str) -> str:
+    """plural(1, 'file') -> '1 file'; plural(3, 'file') -> '3 files'."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def display_path(path: str) -> str:
     """A path relative to the working folder where it lies under it."""
     try:
@@ -61,8 +66,9 @@ def render_ingest(console: Console, report: IngestReport, verbose: bool = False)
     if totals["files_failed"]:
         parts.append(f"[red]{totals['files_failed']} failed[/]")
     console.print(
-        f"Ingested {len(report.files)} files ({', '.join(parts)}): {totals['traces']} traces, "
-        f"{totals['llm_calls']} LLM calls, {totals['tool_calls']} tool calls"
+        f"Ingested {plural(len(report.files), 'file')} ({', '.join(parts)}): "
+        f"{plural(totals['traces'], 'trace')}, {plural(totals['llm_calls'], 'LLM call')}, "
+        f"{plural(totals['tool_calls'], 'tool call')}"
         + (f", [yellow]{totals['rejected']} rejected[/]" if totals["rejected"] else "")
         + (f", {totals['skipped']} skipped by rule" if totals["skipped"] else "")
         + "."
@@ -76,8 +82,9 @@ def render_summary(console: Console, summary: dict[str, Any], db: str) -> None:
     cached = t["cache_read_tokens"] / t["input_tokens"] if t["input_tokens"] else 0.0
     console.print()
     console.print(
-        f"[bold]{display_path(db)}[/]: {t['traces']} traces in {t['workloads']} workloads, "
-        f"{t['llm_calls']} LLM calls, {t['tool_calls']} tool calls; tokens in "
+        f"[bold]{display_path(db)}[/]: {plural(t['traces'], 'trace')} in "
+        f"{plural(t['workloads'], 'workload')}, {plural(t['llm_calls'], 'LLM call')}, "
+        f"{plural(t['tool_calls'], 'tool call')}; tokens in "
         f"{human(t['input_tokens'])} ({cached:.0%} cached), out {human(t['output_tokens'])}"
     )
     if t["calls_without_usage"]:
