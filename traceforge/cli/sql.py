@@ -71,7 +71,10 @@ def sql(query, db, as_json, as_csv):
         writer.writerow(columns)
         writer.writerows(rows)
     else:
-        table = Table(*columns)
+        table = Table()
+        for i, column in enumerate(columns):
+            numeric = any(isinstance(row[i], int | float) and not isinstance(row[i], bool) for row in rows)
+            table.add_column(column, justify="right" if numeric else "left")
         for row in rows:
             table.add_row(*("NULL" if v is None else str(v) for v in row))
         stdout().print(table)
