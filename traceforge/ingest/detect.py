@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from traceforge.ingest import anthropic_messages, claude_code, openai_chat
+from traceforge.ingest import anthropic_messages, claude_code, openai_chat, otlp
 from traceforge.ingest.sources import Record
 
-ADAPTERS: list[ModuleType] = [openai_chat, anthropic_messages, claude_code]
+ADAPTERS: list[ModuleType] = [openai_chat, anthropic_messages, claude_code, otlp]
 THRESHOLD = 0.5
 SAMPLE_SIZE = 50
 
