@@ -9,10 +9,28 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from traceforge.ingest import anthropic_messages, claude_code, openai_chat, otlp
+from traceforge.ingest import (
+    anthropic_messages,
+    claude_code,
+    openai_chat,
+    openhands,
+    otlp,
+    swe_agent,
+    tau2,
+    toolbench,
+)
 from traceforge.ingest.sources import Record
 
-ADAPTERS: list[ModuleType] = [openai_chat, anthropic_messages, claude_code, otlp]
+ADAPTERS: list[ModuleType] = [
+    openhands,
+    swe_agent,
+    tau2,
+    toolbench,
+    openai_chat,
+    anthropic_messages,
+    claude_code,
+    otlp,
+]
 THRESHOLD = 0.5
 SAMPLE_SIZE = 50
 

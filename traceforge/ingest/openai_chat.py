@@ -13,7 +13,7 @@ from typing import Any
 
 from traceforge.ingest import api_log, transcript
 from traceforge.ingest.sources import Record
-from traceforge.ingest.values import as_float, as_id, as_int, as_str, dig, parse_arguments, text_of
+from traceforge.ingest.values import as_float, as_id, as_int, as_str, dig, first, parse_arguments, text_of
 from traceforge.model import LlmCall, Message, ParseResult, ToolDef
 
 FORMAT = "openai-chat"
@@ -54,7 +54,8 @@ def convert_message(raw: dict[str, Any]) -> Message | None:
             name=as_str(raw.get("name")),
         )
     message = Message(role=role, content=content)
-    calls = [_tool_call(c) for c in raw.get("tool_calls") or [] if isinstance(c, dict)]
+    listed = raw.get("tool_calls")
+    calls = [_tool_call(c) for c in listed if isinstance(c, dict)] if isinstance(listed, list) else []
     legacy = raw.get("function_call")
     if isinstance(legacy, dict):
         calls.append(_tool_call({"function": legacy}))
@@ -130,14 +131,17 @@ def apply_usage(call: LlmCall, usage: Any) -> None:
     call.usage_reported = True
     call.input_tokens = prompt
     call.output_tokens = completion
+    # `first` keeps a reported 0 (no cache hit) apart from an absent field.
     call.cache_read_tokens = as_int(
-        dig(usage, "prompt_tokens_details", "cached_tokens")
-        or dig(usage, "input_tokens_details", "cached_tokens")
-        or usage.get("cache_read_input_tokens")
+        first(
+            usage,
+            "prompt_tokens_details.cached_tokens",
+            "input_tokens_details.cached_tokens",
+            "cache_read_input_tokens",
+        )
     )
     call.cache_write_tokens = as_int(
-        usage.get("cache_creation_input_tokens")
-        or dig(usage, "prompt_tokens_details", "cache_creation_tokens")
+        first(usage, "cache_creation_input_tokens", "prompt_tokens_details.cache_creation_tokens")
     )
     call.reasoning_tokens = as_int(
         dig(usage, "completion_tokens_details", "reasoning_tokens")

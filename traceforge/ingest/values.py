@@ -80,6 +80,15 @@ def as_str(value: Any) -> str | None:
     return None
 
 
+def as_list(value: Any) -> list:
+    """`value` if it is a list, else an empty one: for fields a source may give as null or garbage.
+
+    >>> as_list([1]), as_list(None), as_list(3)
+    ([1], [], [])
+    """
+    return value if isinstance(value, list) else []
+
+
 def as_id(value: Any) -> str | None:
     """An identifier: a non-empty string or an integer, as a string."""
     text = as_str(value)
