@@ -276,3 +276,23 @@ def test_unusable_records_are_rejected_with_line_and_reason(tmp_path, con):
     source = con.execute("SELECT records, ingested, rejected FROM sources").fetchone()
     assert source == (5, 2, 3)
     assert report.totals()["rejected"] == 3
+
+
+def test_garbage_in_optional_fields_does_not_lose_the_record(tmp_path, con):
+    loop = OpenAILoop("sys", "hi")
+    loop.call(content="hello")
+    loop.records[0]["request"]["tools"] = 7  # a logger wrote a count where the list belongs
+    loop.records[0]["request"]["functions"] = {"not": "a list"}
+    write_jsonl(tmp_path / "log.jsonl", loop.records)
+    report = ingest_paths(con, [tmp_path])
+    assert report.files[0].rejected == 0
+    assert con.execute("SELECT count(*) FROM llm_calls").fetchone()[0] == 1
+
+
+def test_fallback_ids_are_checked_against_the_store_too(tmp_path, con):
+    """A source id taken in the store moves to its fallback; a fallback the store also holds is
+    numbered further rather than colliding."""
+    from traceforge.ingest.writer import _unique
+
+    chosen = _unique({"a": "x", "b": "y"}, {"a": "x@1", "b": "y@1"}, in_store={"x", "x@1"})
+    assert chosen == {"a": "x@1~2", "b": "y"}

@@ -15,7 +15,7 @@ from typing import Any
 
 from traceforge.ingest import api_log, transcript
 from traceforge.ingest.sources import Record
-from traceforge.ingest.values import as_float, as_id, as_int, as_str, json_text, text_of
+from traceforge.ingest.values import as_float, as_id, as_int, as_list, as_str, json_text, text_of
 from traceforge.model import LlmCall, Message, ParseResult, ToolDef
 
 FORMAT = "anthropic-messages"
@@ -122,7 +122,7 @@ def convert_assistant(content: Any) -> tuple[Message, list[Message]]:
 
 def tool_defs(request: dict[str, Any]) -> list[ToolDef]:
     defs = []
-    for tool in request.get("tools") or []:
+    for tool in as_list(request.get("tools")):
         if isinstance(tool, dict) and tool.get("name"):
             defs.append(
                 ToolDef(

@@ -13,7 +13,17 @@ from typing import Any
 
 from traceforge.ingest import api_log, transcript
 from traceforge.ingest.sources import Record
-from traceforge.ingest.values import as_float, as_id, as_int, as_str, dig, first, parse_arguments, text_of
+from traceforge.ingest.values import (
+    as_float,
+    as_id,
+    as_int,
+    as_list,
+    as_str,
+    dig,
+    first,
+    parse_arguments,
+    text_of,
+)
 from traceforge.model import LlmCall, Message, ParseResult, ToolDef
 
 FORMAT = "openai-chat"
@@ -83,7 +93,7 @@ def _tool_call(raw: dict[str, Any]) -> dict[str, Any]:
 
 def tool_defs(request: dict[str, Any]) -> list[ToolDef]:
     defs = []
-    for tool in request.get("tools") or []:
+    for tool in as_list(request.get("tools")):
         function = tool.get("function") if isinstance(tool, dict) else None
         if isinstance(function, dict) and function.get("name"):
             defs.append(
@@ -93,7 +103,7 @@ def tool_defs(request: dict[str, Any]) -> list[ToolDef]:
                     parameters=function.get("parameters"),
                 )
             )
-    for function in request.get("functions") or []:
+    for function in as_list(request.get("functions")):
         if isinstance(function, dict) and function.get("name"):
             defs.append(
                 ToolDef(

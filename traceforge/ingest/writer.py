@@ -112,7 +112,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     },
 }
 # Tables whose rows belong to a trace, removed with it when its file is re-ingested.
-TRACE_TABLES = ("llm_calls", "tool_calls", "messages", "tool_defs", "tool_deps", "trace_dag")
+TRACE_TABLES = ("llm_calls", "tool_calls", "messages", "tool_defs", "tool_deps", "trace_dag", "tool_schedule")
 
 
 @dataclass
@@ -207,7 +207,8 @@ def _taken(con: duckdb.DuckDBPyConnection, table: str, column: str, candidates: 
 
 def _unique(wanted: dict[Any, str], fallback: dict[Any, str], in_store: set[str]) -> dict[Any, str]:
     """Keep each wanted id unless the store or an earlier item holds it; then use its fallback
-    (numbered further if even that is taken)."""
+    (numbered further if even that is taken). `in_store` holds which wanted and fallback ids the
+    store already has."""
     used = set(in_store)
     out = {}
     for key, candidate in wanted.items():
@@ -227,7 +228,9 @@ def _assign_ids(con: duckdb.DuckDBPyConnection, files: list[ParsedFile]) -> _Ids
     traces = [(parsed, t) for parsed in files for t in parsed.result.traces]
     wanted = {id(t): t.source_id for _, t in traces}
     fallback = {id(t): f"{t.source_id}@{parsed.sha256[:8]}" for parsed, t in traces}
-    trace_ids = _unique(wanted, fallback, _taken(con, "traces", "trace_id", list(wanted.values())))
+    trace_ids = _unique(
+        wanted, fallback, _taken(con, "traces", "trace_id", [*wanted.values(), *fallback.values()])
+    )
 
     wanted_calls, fallback_calls = {}, {}
     for _, t in traces:
@@ -239,7 +242,7 @@ def _assign_ids(con: duckdb.DuckDBPyConnection, files: list[ParsedFile]) -> _Ids
     call_ids = _unique(
         wanted_calls,
         fallback_calls,
-        _taken(con, "llm_calls", "call_id", list(wanted_calls.values())),
+        _taken(con, "llm_calls", "call_id", [*wanted_calls.values(), *fallback_calls.values()]),
     )
 
     wanted_tools, fallback_tools = {}, {}
@@ -252,7 +255,7 @@ def _assign_ids(con: duckdb.DuckDBPyConnection, files: list[ParsedFile]) -> _Ids
     tool_ids = _unique(
         wanted_tools,
         fallback_tools,
-        _taken(con, "tool_calls", "tool_call_id", list(wanted_tools.values())),
+        _taken(con, "tool_calls", "tool_call_id", [*wanted_tools.values(), *fallback_tools.values()]),
     )
     by_source: dict[str, str] = {}
     for _, t in traces:
