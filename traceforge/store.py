@@ -214,6 +214,49 @@ MIGRATIONS: list[Migration] = [
         );
         """,
     ),
+    Migration(
+        5,
+        "workload assignment, spend breakdown, prefill/decode profile",
+        """
+        -- Which workload each trace belongs to under the key the last analysis used
+        -- (`traceforge profile --workload-key`), so every per-workload figure joins the same way.
+        CREATE TABLE trace_workloads (
+            trace_id TEXT PRIMARY KEY,
+            workload TEXT NOT NULL,
+            workload_key TEXT NOT NULL
+        );
+        ALTER TABLE workloads ADD COLUMN workload_key TEXT;
+        ALTER TABLE workloads ADD COLUMN cumulative_share DOUBLE;
+        ALTER TABLE workloads ADD COLUMN in_top_80 BOOLEAN;     -- in the smallest set covering 80% of spend
+        ALTER TABLE workloads ADD COLUMN cache_write_tokens BIGINT;
+        ALTER TABLE workloads ADD COLUMN reasoning_tokens BIGINT;
+        ALTER TABLE workloads ADD COLUMN cost_reported_usd DOUBLE;   -- cost the source gave
+        ALTER TABLE workloads ADD COLUMN cost_priced_usd DOUBLE;     -- reported tokens x price table
+        ALTER TABLE workloads ADD COLUMN cost_estimated_usd DOUBLE;  -- estimated tokens x price table
+        ALTER TABLE workloads ADD COLUMN unpriced_calls BIGINT;      -- no cost and a model not in the table
+        ALTER TABLE workloads ADD COLUMN calls_without_usage BIGINT;
+        -- Prefill and decode demand per workload and model (token counts; estimated where the source
+        -- reported none, see `calls_estimated` and `estimate_method`).
+        CREATE TABLE inference_profile (
+            workload TEXT NOT NULL,
+            model TEXT NOT NULL,
+            llm_calls BIGINT,
+            calls_estimated BIGINT,
+            input_tokens BIGINT,
+            uncached_input_tokens BIGINT,
+            cache_read_tokens BIGINT,
+            cache_write_tokens BIGINT,
+            output_tokens BIGINT,
+            reasoning_tokens BIGINT,
+            cached_share DOUBLE,          -- cache_read / input
+            prefill_decode_ratio DOUBLE,  -- uncached input / output
+            input_output_ratio DOUBLE,    -- input / output
+            reasoning_share DOUBLE,       -- reasoning / output
+            estimate_method TEXT,
+            PRIMARY KEY (workload, model)
+        );
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = max(m.version for m in MIGRATIONS)

@@ -154,8 +154,7 @@ def apply_usage(call: LlmCall, usage: Any) -> None:
         first(usage, "cache_creation_input_tokens", "prompt_tokens_details.cache_creation_tokens")
     )
     call.reasoning_tokens = as_int(
-        dig(usage, "completion_tokens_details", "reasoning_tokens")
-        or dig(usage, "output_tokens_details", "reasoning_tokens")
+        first(usage, "completion_tokens_details.reasoning_tokens", "output_tokens_details.reasoning_tokens")
     )
     cost = as_float(usage.get("cost"))
     if cost is not None:

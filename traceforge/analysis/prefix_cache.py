@@ -1,0 +1,638 @@
+"""Prefix reuse: each LLM call's input as a chain of block hashes, and a prefix-cache simulator.
+
+Every call's input is rendered from the stored conversation: the trace's tool definitions, then
+each message before the assistant message the call produced (role, text, tool calls, tool
+results; reasoning is left out, as clients drop it when re-sending). The rendered text is cut into
+blocks of `BLOCK_SIZE` tokens and each block gets a hash of its text and the hash of the block
+before it, so equal ids mean equal prefixes, as in the Mooncake trace format. The hash chain is
+seeded with the model name: two models never share KV.
+
+Token counts are estimated from characters (`fit_calibration`): per model, a characters-per-token
+ratio, and per workload an overhead of tokens the log does not show (system prompt, tool schemas,
+chat template), fitted on the calls that reported usage; 4 characters per token for a model with
+none. The same fit places the block boundaries (the overhead as a shared leading stretch) and
+estimates the tokens of calls that reported none, so the two are consistent.
+
+A request's length is the reported input tokens where the source gave them, else the estimate;
+its hash ids are the first ceil(length / BLOCK_SIZE) ids of the chain, followed by ids unique to
+the call if the estimate fell short (the tail then counts as never reused).
+
+The simulator walks the requests in arrival order: a request hits on the leading run of its ids
+that are in the cache (a prefix cache stops at the first miss), then all its blocks are stored.
+Caches: unlimited, LRU bounded in blocks, and/or a time-to-live since a block's last use. A
+request's blocks are touched tail first, so under LRU its tail is evicted before its prefix, as
+in vLLM's free-block queue. The hit ratio is by tokens: hit blocks x BLOCK_SIZE, capped at the
+request's length, over the sum of lengths.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections import OrderedDict, defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+import polars as pl
+
+BLOCK_SIZE = 512
+DEFAULT_CHARS_PER_TOKEN = 4.0
+FETCH_ROWS = 10_000
+
+
+@dataclass
+class Request:
+    """One LLM request in mooncake_trace terms, with where it came from when built from a store."""
+
+    timestamp_ms: float
+    input_length: int
+    output_length: int
+    hash_ids: list[int]
+    session_id: str | None = None
+    delay_ms: float | None = None  # wait after the session's previous response ended
+    call_id: str | None = None
+    workload: str | None = None
+    model: str | None = None
+    input_estimated: bool = False
+    output_estimated: bool = False
+    prefix_synthesized: bool = False  # no conversation text: ids unique to the call
+    timed: bool = True  # False: the source gave no time; placed after its trace's previous call
+    end_ms: float | None = None
+    cache_read_tokens: int | None = None  # what the provider reported, when it did
+
+
+@dataclass
+class RequestLog:
+    """The store's LLM calls as requests, sorted by arrival, with how they were measured."""
+
+    requests: list[Request]
+    block_size: int
+    chars_per_token: dict[str, dict[str, Any]]
+    counts: dict[str, int]
+
+
+@dataclass
+class CacheResult:
+    """What one simulated cache did over a sequence of requests."""
+
+    capacity_blocks: int | None
+    ttl_s: float | None
+    block_size: int
+    requests: int = 0
+    total_tokens: int = 0
+    hit_tokens: int = 0
+    total_blocks: int = 0
+    hit_blocks: int = 0
+    peak_blocks: int = 0  # most blocks resident at once
+    per_request_hit_tokens: list[int] = field(default_factory=list, repr=False)
+
+    @property
+    def hit_ratio(self) -> float | None:
+        """Share of input tokens served from the cache."""
+        return self.hit_tokens / self.total_tokens if self.total_tokens else None
+
+    @property
+    def block_hit_ratio(self) -> float | None:
+        return self.hit_blocks / self.total_blocks if self.total_blocks else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "capacity_blocks": self.capacity_blocks,
+            "capacity_tokens": self.capacity_blocks * self.block_size if self.capacity_blocks else None,
+            "ttl_s": self.ttl_s,
+            "requests": self.requests,
+            "input_tokens": self.total_tokens,
+            "hit_tokens": self.hit_tokens,
+            "hit_ratio": self.hit_ratio,
+            "block_hit_ratio": self.block_hit_ratio,
+            "peak_blocks": self.peak_blocks,
+        }
+
+
+def simulate(
+    requests: Iterable[Request],
+    capacity_blocks: int | None = None,
+    ttl_s: float | None = None,
+    block_size: int = BLOCK_SIZE,
+) -> CacheResult:
+    """Replay `requests` in arrival order through a prefix cache and count the hits.
+
+    `capacity_blocks` None is an unlimited cache; `ttl_s` None keeps blocks forever. Both may be
+    combined (an LRU whose blocks also expire).
+
+    >>> a = Request(0, 1000, 10, [1, 2])
+    >>> b = Request(5, 700, 10, [1, 3])
+    >>> result = simulate([a, b])
+    >>> result.hit_tokens, result.total_tokens
+    (512, 1700)
+    """
+    if capacity_blocks is not None and capacity_blocks < 1:
+        raise ValueError("capacity_blocks must be at least 1 (or None for an unlimited cache)")
+    if ttl_s is not None and ttl_s < 0:
+        raise ValueError("ttl_s must not be negative")
+    result = CacheResult(capacity_blocks, ttl_s, block_size)
+    cache: OrderedDict[int, float] = OrderedDict()  # id -> time of last use, oldest first
+    ttl_ms = ttl_s * 1000.0 if ttl_s is not None else None
+    for request in sorted(requests, key=lambda r: r.timestamp_ms):
+        now = request.timestamp_ms
+        if ttl_ms is not None:
+            while cache and next(iter(cache.values())) < now - ttl_ms:
+                cache.popitem(last=False)
+        run = 0
+        for block in request.hash_ids:
+            if block not in cache:
+                break
+            run += 1
+        hit = min(run * block_size, request.input_length)
+        result.requests += 1
+        result.total_tokens += request.input_length
+        result.hit_tokens += hit
+        result.total_blocks += len(request.hash_ids)
+        result.hit_blocks += run
+        result.per_request_hit_tokens.append(hit)
+        for block in reversed(request.hash_ids):
+            cache[block] = now
+            cache.move_to_end(block)
+        if capacity_blocks is not None:
+            while len(cache) > capacity_blocks:
+                cache.popitem(last=False)
+        result.peak_blocks = max(result.peak_blocks, len(cache))
+    return result
+
+
+def hit_ratio_curve(
+    requests: list[Request],
+    capacities: Iterable[int | None] = (1_000, 3_000, 10_000, 50_000, None),
+    ttls: Iterable[float] = (60, 300, 3_600),
+    block_size: int = BLOCK_SIZE,
+) -> list[dict[str, Any]]:
+    """Hit ratios for LRU caches of each capacity (no TTL), then unlimited caches with each TTL."""
+    rows = [simulate(requests, capacity, None, block_size).as_dict() for capacity in capacities]
+    rows += [simulate(requests, None, ttl, block_size).as_dict() for ttl in ttls]
+    return rows
+
+
+# --- building requests from the store -------------------------------------------------------
+
+
+@dataclass
+class _Call:
+    call_id: str
+    trace_id: str
+    seq: int
+    model: str
+    workload: str | None
+    start_ms: float | None
+    end_ms: float | None
+    duration_ms: float | None
+    trace_start_ms: float | None
+    input_tokens: int | None
+    cache_read_tokens: int | None
+    output_tokens: int | None
+    usage_reported: bool
+    input_chars: int | None = None  # None: no conversation text for this call
+    output_chars: int = 0
+
+
+def render_tools(defs: list[tuple[str, str | None, str | None]]) -> str:
+    """The tool definitions as one text segment (name, description, JSON schema per tool)."""
+    if not defs:
+        return ""
+    lines = [f"{name}: {description or ''}\n{parameters or ''}" for name, description, parameters in defs]
+    return "<tools>\n" + "\n".join(lines) + "\n</tools>\n"
+
+
+def render_message(role: str, content: str | None, tool_calls: str | None, name: str | None) -> str:
+    """One message as the model reads it again in later requests (reasoning excluded)."""
+    head = f"<|{role}|>" + (f" {name}" if role == "tool" and name else "") + "\n"
+    parts = [head]
+    if content:
+        parts.append(content + "\n")
+    if tool_calls:
+        for call in json.loads(tool_calls):
+            parts.append(
+                json.dumps(
+                    {"name": call.get("name"), "arguments": call.get("arguments")},
+                    sort_keys=True,
+                    ensure_ascii=False,
+                )
+                + "\n"
+            )
+    return "".join(parts)
+
+
+class _Grouped:
+    """Rows of an ordered cursor, taken one trace at a time."""
+
+    def __init__(self, cursor: duckdb.DuckDBPyConnection) -> None:
+        self.cursor = cursor
+        self.buffer: list[tuple] = []
+        self.index = 0
+        self.done = False
+
+    def _peek(self) -> tuple | None:
+        if self.index >= len(self.buffer):
+            if self.done:
+                return None
+            self.buffer = self.cursor.fetchmany(FETCH_ROWS)
+            self.index = 0
+            if not self.buffer:
+                self.done = True
+                return None
+        return self.buffer[self.index]
+
+    def take(self, trace_id: str) -> list[tuple]:
+        """The rows of `trace_id`; [] when the next rows belong to a later trace. Both streams
+        list the same traces in the same order, the other only a subset of them."""
+        rows = []
+        while (row := self._peek()) is not None and row[0] == trace_id:
+            rows.append(row)
+            self.index += 1
+        return rows
+
+
+_CALLS_SQL = """
+    SELECT c.trace_id, c.call_id, c.seq, coalesce(c.model, '(unknown)'), w.workload,
+           epoch_ms(c.started_at), epoch_ms(c.ended_at), c.duration_ms, epoch_ms(t.started_at),
+           c.input_tokens, c.cache_read_tokens, c.output_tokens, c.usage_reported
+    FROM llm_calls c JOIN traces t USING (trace_id)
+    LEFT JOIN trace_workloads w USING (trace_id)
+    ORDER BY c.trace_id, c.seq
+"""
+_MESSAGES_SQL = """
+    SELECT trace_id, seq, role, content, tool_calls, name, call_id, reasoning
+    FROM messages WHERE trace_id IN (SELECT trace_id FROM llm_calls)
+    ORDER BY trace_id, seq
+"""
+_DEFS_SQL = """
+    SELECT trace_id, name, description, parameters
+    FROM tool_defs WHERE trace_id IN (SELECT trace_id FROM llm_calls)
+    ORDER BY trace_id, name
+"""
+
+
+def _conversations(con: duckdb.DuckDBPyConnection) -> Iterator[tuple[list[_Call], str]]:
+    """Per trace: its calls (with input and output character counts filled in) and its rendered
+    conversation text."""
+    cursors = [con.cursor() for _ in range(3)]
+    try:
+        calls_cursor = cursors[0].execute(_CALLS_SQL)
+        messages = _Grouped(cursors[1].execute(_MESSAGES_SQL))
+        defs = _Grouped(cursors[2].execute(_DEFS_SQL))
+        batch: list[tuple] = []
+        for row in _rows(calls_cursor):
+            if batch and row[0] != batch[0][0]:
+                yield _conversation(batch, messages.take(batch[0][0]), defs.take(batch[0][0]))
+                batch = []
+            batch.append(row)
+        if batch:
+            yield _conversation(batch, messages.take(batch[0][0]), defs.take(batch[0][0]))
+    finally:
+        for cursor in cursors:
+            cursor.close()
+
+
+def _rows(cursor: duckdb.DuckDBPyConnection) -> Iterator[tuple]:
+    while rows := cursor.fetchmany(FETCH_ROWS):
+        yield from rows
+
+
+def _conversation(
+    call_rows: list[tuple], message_rows: list[tuple], def_rows: list[tuple]
+) -> tuple[list[_Call], str]:
+    calls = [
+        _Call(
+            call_id=r[1],
+            trace_id=r[0],
+            seq=r[2],
+            model=r[3],
+            workload=r[4],
+            start_ms=r[5],
+            end_ms=r[6],
+            duration_ms=r[7],
+            trace_start_ms=r[8],
+            input_tokens=r[9],
+            cache_read_tokens=r[10],
+            output_tokens=r[11],
+            usage_reported=bool(r[12]),
+        )
+        for r in call_rows
+    ]
+    pieces = [render_tools([(r[1], r[2], r[3]) for r in def_rows])]
+    offset = len(pieces[0])
+    ends: dict[str, int] = {}
+    output_chars: dict[str, int] = {}
+    for _, _, role, content, tool_calls, name, call_id, reasoning in message_rows:
+        text = render_message(role, content, tool_calls, name)
+        if role == "assistant" and call_id is not None and call_id not in ends:
+            ends[call_id] = offset
+            output_chars[call_id] = len(text) + len(reasoning or "")
+        pieces.append(text)
+        offset += len(text)
+    for call in calls:
+        if call.call_id in ends:
+            call.input_chars = ends[call.call_id]
+            call.output_chars = output_chars[call.call_id]
+    return calls, "".join(pieces)
+
+
+PLAUSIBLE_CHARS_PER_TOKEN = (1.0, 10.0)
+
+
+@dataclass
+class Calibration:
+    """How rendered characters become tokens: a characters-per-token ratio per model, and per
+    workload and model an overhead of tokens the conversation text does not show (system prompt,
+    tool schemas, chat template), fitted on the calls that reported usage."""
+
+    chars_per_token: dict[str, float] = field(default_factory=dict)
+    method: dict[str, str] = field(default_factory=dict)  # fixed-effects | ratio | default
+    calls: dict[str, int] = field(default_factory=dict)
+    overhead_tokens: dict[tuple[str | None, str], int] = field(default_factory=dict)
+
+    def overhead(self, workload: str | None, model: str) -> int:
+        return self.overhead_tokens.get((workload, model), 0)
+
+    def input_tokens(self, workload: str | None, model: str, chars: int) -> int:
+        return self.overhead(workload, model) + math.ceil(chars / self.chars_per_token[model])
+
+    def report(self) -> dict[str, dict[str, Any]]:
+        return {
+            model: {
+                "chars_per_token": ratio,
+                "method": self.method[model],
+                "calibrated_on_calls": self.calls[model],
+                "overhead_tokens": {
+                    str(w): n
+                    for (w, m), n in sorted(self.overhead_tokens.items(), key=lambda kv: str(kv[0]))
+                    if m == model
+                },
+            }
+            for model, ratio in sorted(self.chars_per_token.items())
+        }
+
+
+def fit_calibration(
+    points: dict[str, dict[str | None, list[tuple[int, int]]]], models: Iterable[str]
+) -> Calibration:
+    """Fit tokens = overhead[workload] + characters / chars_per_token per model.
+
+    `points[model][workload]` are (rendered characters, reported input tokens) of calls. The slope
+    is the within-workload least-squares slope (a fixed-effects regression: each workload has its
+    own overhead, the model one tokenizer); each overhead is its workload's mean tokens minus
+    slope x mean characters, kept between 0 and the workload's smallest reported input. When the
+    slope is undefined or implausible (outside 1-10 characters per token, as when logs hold a
+    history the model never saw after context compaction), the plain ratio of the sums is used
+    with no overhead. Models without reported usage get 4 characters per token.
+
+    >>> fit = fit_calibration({"m": {"w": [(400, 150), (800, 250)]}}, ["m"])
+    >>> fit.chars_per_token["m"], fit.overhead("w", "m")
+    (4.0, 50)
+    """
+    calibration = Calibration()
+    low, high = PLAUSIBLE_CHARS_PER_TOKEN
+    for model in models:
+        groups = points.get(model, {})
+        n = sum(len(g) for g in groups.values())
+        calibration.calls[model] = n
+        if not n:
+            calibration.chars_per_token[model] = DEFAULT_CHARS_PER_TOKEN
+            calibration.method[model] = "default"
+            continue
+        sxx = sxy = 0.0
+        means = {}
+        for workload, group in groups.items():
+            mean_x = sum(x for x, _ in group) / len(group)
+            mean_y = sum(y for _, y in group) / len(group)
+            means[workload] = (mean_x, mean_y)
+            sxx += sum((x - mean_x) ** 2 for x, _ in group)
+            sxy += sum((x - mean_x) * (y - mean_y) for x, y in group)
+        slope = sxy / sxx if sxx > 0 else 0.0
+        if slope > 0 and low <= 1 / slope <= high:
+            calibration.chars_per_token[model] = 1 / slope
+            calibration.method[model] = "fixed-effects"
+            for workload, (mean_x, mean_y) in means.items():
+                floor = min(y for _, y in groups[workload])
+                overhead = min(max(mean_y - slope * mean_x, 0.0), floor)
+                calibration.overhead_tokens[(workload, model)] = round(overhead)
+        else:
+            chars = sum(x for g in groups.values() for x, _ in g)
+            tokens = sum(y for g in groups.values() for _, y in g)
+            calibration.chars_per_token[model] = chars / tokens
+            calibration.method[model] = "ratio"
+    return calibration
+
+
+def _calibrate(con: duckdb.DuckDBPyConnection) -> tuple[Calibration, list[_Call]]:
+    points: dict[str, dict[str | None, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
+    all_calls: list[_Call] = []
+    for calls, _ in _conversations(con):
+        for call in calls:
+            all_calls.append(call)
+            if call.usage_reported and call.input_tokens and call.input_chars:
+                points[call.model][call.workload].append((call.input_chars, call.input_tokens))
+    return fit_calibration(points, sorted({c.model for c in all_calls})), all_calls
+
+
+ESTIMATE_METHOD = (
+    "input: the workload's unrendered overhead + rendered characters / characters per token, both fitted "
+    "per model on its calls that reported usage (see chars_per_token; "
+    f"{DEFAULT_CHARS_PER_TOKEN:g} characters per token where none did); output: response characters / "
+    "the same ratio"
+)
+
+
+def estimate_tokens(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """Estimated input and output tokens of every call that has conversation text.
+
+    Returns a frame (call_id, input_tokens, output_tokens); the method is `ESTIMATE_METHOD`.
+    Calls with no conversation text are absent.
+    """
+    calibration, calls = _calibrate(con)
+    rows = [
+        (
+            c.call_id,
+            calibration.input_tokens(c.workload, c.model, c.input_chars),
+            math.ceil(c.output_chars / calibration.chars_per_token[c.model]),
+        )
+        for c in calls
+        if c.input_chars is not None
+    ]
+    return pl.DataFrame(
+        rows,
+        schema={"call_id": pl.Utf8, "input_tokens": pl.Int64, "output_tokens": pl.Int64},
+        orient="row",
+    )
+
+
+def _block_digests(
+    text: str, end: int, chars_per_block: float, seed: bytes, cache: list[bytes]
+) -> list[bytes]:
+    """Digests of the blocks of text[:end]: the shared full blocks (extending `cache`, the chain of
+    full blocks of `text` computed so far) and a digest of the partial last block, if any."""
+    full = int(end // chars_per_block)
+    while len(cache) < full:
+        k = len(cache)
+        start, stop = round(k * chars_per_block), round((k + 1) * chars_per_block)
+        previous = cache[-1] if cache else seed
+        cache.append(hashlib.blake2b(previous + text[start:stop].encode(), digest_size=8).digest())
+    digests = cache[:full]
+    start = round(full * chars_per_block)
+    if end > start:
+        previous = digests[-1] if digests else seed
+        digests.append(hashlib.blake2b(previous + text[start:end].encode(), digest_size=8).digest())
+    return digests
+
+
+def _overhead_text(workload: str | None, model: str, chars: int) -> str:
+    """Stand-in text for a workload's unrendered overhead: the same for every trace of the
+    workload and model (they share that system prompt and those tools), different otherwise."""
+    if chars <= 0:
+        return ""
+    unit = f"\x00{workload}\x00{model}"
+    return (unit * (chars // len(unit) + 1))[:chars]
+
+
+def load_requests(con: duckdb.DuckDBPyConnection, block_size: int = BLOCK_SIZE) -> RequestLog:
+    """Every LLM call in the store as a Request with prefix-chained hash ids, in arrival order.
+
+    Calls are grouped into workloads by `trace_workloads` (see
+    `traceforge.analysis.workloads.assign_workloads`). A call with neither conversation text
+    nor reported input tokens has no size and is left out (counted in `counts`).
+    """
+    calibration, _ = _calibrate(con)
+    requests: list[tuple[Request, list[bytes], str, int]] = []
+    counts = {
+        "calls": 0,
+        "without_text": 0,
+        "without_size": 0,
+        "input_estimated": 0,
+        "output_estimated": 0,
+        "without_time": 0,
+        "padded": 0,
+    }
+    for calls, text in _conversations(con):
+        chains: dict[str, tuple[str, list[bytes]]] = {}
+        previous: Request | None = None
+        for call in calls:
+            counts["calls"] += 1
+            ratio = calibration.chars_per_token[call.model]
+            estimated_input = (
+                calibration.input_tokens(call.workload, call.model, call.input_chars)
+                if call.input_chars
+                else None
+            )
+            if call.usage_reported and call.input_tokens:
+                length, input_estimated = call.input_tokens, False
+            elif estimated_input:
+                length, input_estimated = estimated_input, True
+            else:
+                counts["without_size"] += 1
+                continue
+            digests: list[bytes] = []
+            if call.input_chars is not None:
+                if call.model not in chains:
+                    overhead = _overhead_text(
+                        call.workload,
+                        call.model,
+                        round(calibration.overhead(call.workload, call.model) * ratio),
+                    )
+                    chains[call.model] = (overhead + text, [])
+                full_text, chain = chains[call.model]
+                seed = hashlib.blake2b(call.model.encode(), digest_size=8).digest()
+                end = len(full_text) - len(text) + call.input_chars
+                digests = _block_digests(full_text, end, block_size * ratio, seed, chain)
+            else:
+                counts["without_text"] += 1
+            needed = math.ceil(length / block_size)
+            if len(digests) < needed:
+                counts["padded"] += 1 if digests else 0
+                digests = digests + [
+                    hashlib.blake2b(f"{call.call_id}#{i}".encode(), digest_size=8).digest()
+                    for i in range(len(digests), needed)
+                ]
+            digests = digests[:needed]
+            if call.usage_reported and call.output_tokens is not None:
+                output, output_estimated = call.output_tokens, False
+            else:
+                output, output_estimated = math.ceil(call.output_chars / ratio), True
+            start = call.start_ms
+            if start is None and call.end_ms is not None and call.duration_ms is not None:
+                start = call.end_ms - call.duration_ms
+            timed = start is not None
+            if not timed:
+                counts["without_time"] += 1
+                if previous is not None:
+                    start = previous.end_ms if previous.end_ms is not None else previous.timestamp_ms
+                else:
+                    start = call.trace_start_ms
+            end = call.end_ms
+            if end is None and start is not None and call.duration_ms is not None:
+                end = start + call.duration_ms
+            request = Request(
+                timestamp_ms=start if start is not None else math.nan,
+                input_length=length,
+                output_length=max(output, 1),
+                hash_ids=[],
+                session_id=call.trace_id,
+                call_id=call.call_id,
+                workload=call.workload,
+                model=call.model,
+                input_estimated=input_estimated,
+                output_estimated=output_estimated,
+                prefix_synthesized=call.input_chars is None,
+                timed=timed,
+                end_ms=end,
+                cache_read_tokens=call.cache_read_tokens if call.usage_reported else None,
+            )
+            if previous is not None and timed and previous.timed and previous.end_ms is not None:
+                request.delay_ms = max(start - previous.end_ms, 0.0)
+            counts["input_estimated"] += input_estimated
+            counts["output_estimated"] += output_estimated
+            requests.append((request, digests, call.trace_id, call.seq))
+            previous = request
+    known = [r.timestamp_ms for r, *_ in requests if not math.isnan(r.timestamp_ms)]
+    origin = min(known) if known else 0.0
+    for request, *_ in requests:
+        if math.isnan(request.timestamp_ms):
+            request.timestamp_ms = origin  # no time anywhere in its trace
+        request.timestamp_ms -= origin
+        if request.end_ms is not None:
+            request.end_ms -= origin
+    requests.sort(key=lambda item: (item[0].timestamp_ms, item[2], item[3]))
+    dense: dict[bytes, int] = {}
+    for request, digests, *_ in requests:
+        request.hash_ids = [dense.setdefault(d, len(dense)) for d in digests]
+    return RequestLog(
+        requests=[r for r, *_ in requests],
+        block_size=block_size,
+        chars_per_token=calibration.report(),
+        counts=counts,
+    )
+
+
+def provider_comparison(requests: list[Request], block_size: int = BLOCK_SIZE) -> dict[str, Any] | None:
+    """The hit ratio the provider reported beside the simulated one, on the calls whose usage had
+    cache fields. The simulation runs over all requests (so earlier calls warm the cache) and
+    counts only those calls. None when no call reported cache fields."""
+    with_cache = [i for i, r in enumerate(requests) if r.cache_read_tokens is not None]
+    if not with_cache:
+        return None
+    total = sum(requests[i].input_length for i in with_cache)
+    reported = sum(requests[i].cache_read_tokens for i in with_cache)
+    out: dict[str, Any] = {
+        "calls": len(with_cache),
+        "input_tokens": total,
+        "reported_cache_read_tokens": reported,
+        "reported_hit_ratio": reported / total if total else None,
+    }
+    ordered = sorted(range(len(requests)), key=lambda i: requests[i].timestamp_ms)
+    position = {index: k for k, index in enumerate(ordered)}
+    for label, ttl in (("simulated_unlimited", None), ("simulated_ttl_300s", 300.0)):
+        result = simulate(requests, None, ttl, block_size)
+        hits = sum(result.per_request_hit_tokens[position[i]] for i in with_cache)
+        out[f"{label}_hit_ratio"] = hits / total if total else None
+    return out
