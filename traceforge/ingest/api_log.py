@@ -128,7 +128,7 @@ class Exchange:
     """One logged API call, converted."""
 
     line: int
-    provider: ModuleType
+    source_format: str  # the format of the trace it becomes part of
     request: list[Message]
     errors: dict[int, bool]
     response: list[Message]
@@ -177,11 +177,11 @@ def _exchange(record: Record) -> Exchange | Reject:
     if not added:
         return Reject(record.line, "response has no message (no choices[0].message)", record.raw)
     call.source_line = record.line
-    _apply_timing(call, value, response)
+    apply_timing(call, value, response)
     key = as_id(first(value, *CONVERSATION_ID_PATHS))
     return Exchange(
         line=record.line,
-        provider=provider,
+        source_format=provider.FORMAT,
         request=messages,
         errors=errors,
         response=added,
@@ -193,8 +193,13 @@ def _exchange(record: Record) -> Exchange | Reject:
     )
 
 
-def _apply_timing(call: LlmCall, value: dict, response: dict) -> None:
-    call.started_at = parse_time(first(value, *START_PATHS)) or parse_time(response.get("created"))
+def apply_timing(call: LlmCall, value: dict, response: dict) -> None:
+    """Set the call's times, time to first token and cost from a log record and its response."""
+    call.started_at = (
+        parse_time(first(value, *START_PATHS))
+        or parse_time(response.get("created"))
+        or parse_time(response.get("created_at"))
+    )
     call.ended_at = parse_time(first(value, *END_PATHS))
     latency = as_float(first(value, "latency_ms", "duration_ms", "metadata.latency_ms"))
     if call.ended_at is None and call.started_at is not None and latency is not None:
@@ -220,12 +225,25 @@ def parse(records: Iterable[Record], source_path: str) -> ParseResult:
         if isinstance(converted, Reject):
             result.rejects.append(converted)
             continue
-        converted.prefixes = grouping.message_hashes([message_key(m) for m in converted.request])
-        converted.state = grouping.message_hashes(
-            [message_key(m) for m in converted.response],
-            start=converted.prefixes[-1] if converted.prefixes else None,
-        )[-1]
         exchanges.append(converted)
+    result.traces.extend(build_traces(exchanges))
+    return result
+
+
+def build_traces(exchanges: list[Exchange], shape: str = "api-log") -> list[Trace]:
+    """Group converted API calls into conversations, one trace each.
+
+    `exchanges` are taken in the order they happened (a continuation comes after the call it
+    continues). Conversations are told apart by the exchanges' `key` (an explicit conversation id)
+    and by prefix chaining (`traceforge.ingest.grouping`). An exchange whose response added no message
+    (a call that failed) is an LLM call of its conversation without a message of its own. Traces get
+    `attributes["shape"] = shape`.
+    """
+    for exchange in exchanges:
+        exchange.prefixes = grouping.message_hashes([message_key(m) for m in exchange.request])
+        start = exchange.prefixes[-1] if exchange.prefixes else None
+        added = grouping.message_hashes([message_key(m) for m in exchange.response], start=start)
+        exchange.state = added[-1] if added else start or grouping.message_hashes([""])[-1]
     chains = grouping.chain_records(
         [e.prefixes for e in exchanges], [e.state for e in exchanges], [e.key for e in exchanges]
     )
@@ -239,30 +257,32 @@ def parse(records: Iterable[Record], source_path: str) -> ParseResult:
         else:
             head = exchanges[chain.items[0]]
             source_ids.append("conv-" + stable_id(head.state.hex(), head.line))
+    traces = []
     for index, chain in enumerate(chains):
-        trace = _trace(chain, [exchanges[i] for i in chain.items], source_ids[index])
+        trace = _trace(chain, [exchanges[i] for i in chain.items], source_ids[index], shape)
         if chain.parent is not None:
             trace.parent_source_id = source_ids[chain.parent]
             trace.attributes["branched_from_line"] = exchanges[chain.branch_item].line
-        result.traces.append(trace)
-    return result
+        traces.append(trace)
+    return traces
 
 
-def _trace(chain: grouping.Chain, exchanges: list[Exchange], source_id: str) -> Trace:
+def _trace(chain: grouping.Chain, exchanges: list[Exchange], source_id: str, shape: str) -> Trace:
     final = exchanges[-1]
     conversation = list(final.request) + list(final.response)
     for k, exchange in enumerate(exchanges):
         position = len(exchange.request)
         conversation[position : position + len(exchange.response)] = exchange.response
-        conversation[position].call_index = k
-    formats = {e.provider.FORMAT for e in exchanges}
+        if exchange.response:
+            conversation[position].call_index = k
+    formats = {e.source_format for e in exchanges}
     trace = Trace(
         source_format=formats.pop() if len(formats) == 1 else "mixed",
         source_id=source_id,
         source_line=exchanges[0].line,
         workload=next((e.workload for e in exchanges if e.workload), None),
         agent=next((e.agent for e in exchanges if e.agent), None),
-        attributes={"shape": "api-log", "records": len(exchanges)},
+        attributes={"shape": shape, "records": len(exchanges)},
     )
     if chain.key is not None:
         trace.attributes["conversation_id"] = chain.key

@@ -12,7 +12,10 @@ from types import ModuleType
 from traceforge.ingest import (
     anthropic_messages,
     claude_code,
+    langfuse,
+    langsmith,
     openai_chat,
+    openai_responses,
     openhands,
     otlp,
     swe_agent,
@@ -30,6 +33,9 @@ ADAPTERS: list[ModuleType] = [
     anthropic_messages,
     claude_code,
     otlp,
+    openai_responses,
+    langfuse,
+    langsmith,
 ]
 THRESHOLD = 0.5
 SAMPLE_SIZE = 50

@@ -3,15 +3,19 @@
 Paths may be files, folders (walked recursively), or glob patterns; any file may be gzip-compressed
 (recognised by its magic bytes, not its name). A file holds either JSON Lines (one record per line)
 or one JSON document; which one is decided from the content. A top-level JSON array yields its
-elements as records. Records carry their line number (JSON Lines) or 1-based element index (JSON
-arrays) so that a reject can say where it came from.
+elements as records. A file that is not JSON but a CSV table with a header row (as observability
+platforms export tables) yields one dict per row, its cells as text. Records carry their line number
+(JSON Lines; the row's first line in CSV) or 1-based element index (JSON arrays) so that a reject can
+say where it came from.
 """
 
 from __future__ import annotations
 
+import csv
 import glob
 import gzip
 import hashlib
+import io
 import json
 import os
 import zlib
@@ -144,8 +148,9 @@ def read_records(source: SourceFile, rejects: list[Reject]) -> Iterator[Record]:
 
     The whole content is tried as one JSON document first (a JSON Lines file fails that at once, at
     its second line). Otherwise it is read as JSON Lines, as long as at least one line holds a JSON
-    object or array: so a log whose first line was cut off still gives its other lines. Raises
-    SourceError when the file as a whole is not JSON (binary, prose, a truncated document).
+    object or array: so a log whose first line was cut off still gives its other lines; failing that,
+    as a CSV table with a header row. Raises SourceError when the file as a whole is none of these
+    (binary, prose, a truncated document).
     """
     data = _strip_bom(source.data)
     if looks_binary(data):
@@ -169,6 +174,10 @@ def read_records(source: SourceFile, rejects: list[Reject]) -> Iterator[Record]:
     line_rejects: list[Reject] = []
     records = list(_read_json_lines(data, line_rejects))
     if not any(isinstance(r.value, dict | list) for r in records):
+        table = _read_csv(data, rejects)
+        if table is not None:
+            yield from table
+            return
         raise SourceError(
             f"not JSON or JSON Lines ({document_error}); if it is a truncated JSON document, "
             "the writer may have crashed: restore or re-export it"
@@ -204,3 +213,47 @@ def _read_json_lines(data: bytes, rejects: list[Reject]) -> Iterator[Record]:
             )
             continue
         yield Record(line=number, value=value, raw=text)
+
+
+CSV_MAX_HEADER_CHARS = 200
+
+
+def _read_csv(data: bytes, rejects: list[Reject]) -> list[Record] | None:
+    """The rows of a CSV table with a header row, as dicts of text cells; None when the content is
+    not such a table (one column, an empty or overlong header name, no row that fits the header).
+    A row whose field count differs from the header's goes to `rejects` with its line."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    lines = list(io.StringIO(text, newline=""))  # split at \n, \r, \r\n only, as csv expects
+    csv.field_size_limit(2**31 - 1)  # exported prompts and outputs exceed the default 128 KiB cell
+    reader = csv.reader(lines)
+    try:
+        header = next(reader)
+    except (csv.Error, StopIteration):
+        return None
+    if len(header) < 2 or any(not h.strip() or len(h) > CSV_MAX_HEADER_CHARS or "\n" in h for h in header):
+        return None
+    records: list[Record] = []
+    bad: list[Reject] = []
+    while True:
+        start = reader.line_num + 1
+        try:
+            row = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as exc:
+            bad.append(Reject(start, f"unreadable CSV row: {exc}", "".join(lines[start - 1 : start])))
+            break
+        raw = "".join(lines[start - 1 : reader.line_num]).rstrip("\r\n")
+        if not row:
+            continue
+        if len(row) != len(header):
+            bad.append(Reject(start, f"CSV row has {len(row)} fields, the header has {len(header)}", raw))
+            continue
+        records.append(Record(line=start, value=dict(zip(header, row, strict=True)), raw=raw))
+    if not records:
+        return None
+    rejects.extend(bad)
+    return records
