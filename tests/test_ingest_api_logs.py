@@ -296,3 +296,18 @@ def test_fallback_ids_are_checked_against_the_store_too(tmp_path, con):
 
     chosen = _unique({"a": "x", "b": "y"}, {"a": "x@1", "b": "y@1"}, in_store={"x", "x@1"})
     assert chosen == {"a": "x@1~2", "b": "y"}
+
+
+def test_a_log_of_failed_calls_is_read_as_a_log_with_each_failure_rejected(tmp_path, con):
+    failed = [
+        {
+            "request": {"model": "gpt-4o", "messages": [{"role": "user", "content": f"q{i}"}]},
+            "error": {"type": "rate_limit_error", "message": "429 Too Many Requests"},
+        }
+        for i in range(3)
+    ]
+    write_jsonl(tmp_path / "outage.jsonl", failed)
+    report = ingest_paths(con, [tmp_path])
+    assert report.files[0].status == "new" and report.files[0].format == "openai-chat"
+    reasons = [r[0] for r in con.execute("SELECT error FROM rejects ORDER BY line").fetchall()]
+    assert len(reasons) == 3 and all("429 Too Many Requests" in r for r in reasons)

@@ -92,11 +92,14 @@ def unwrap(value: Any) -> tuple[dict | None, dict | None, dict]:
 
 
 def is_log(records: list[Record]) -> bool:
-    for record in records[:50]:
-        request, response, _ = unwrap(record.value)
-        if request is not None and response is not None:
-            return True
-    return False
+    """Per-request log records (rather than transcripts): a request beside a response, or a request
+    wrapped under `request` / `body` (a logged call that failed before any response)."""
+    return any(is_log_record(record.value) for record in records[:50])
+
+
+def is_log_record(value: Any) -> bool:
+    request, response, _ = unwrap(value)
+    return request is not None and (response is not None or request is not value)
 
 
 def parse_or_transcript(records: Iterable[Record], source_path: str, fmt: str) -> ParseResult:

@@ -183,6 +183,9 @@ def sniff(sample: list[Record]) -> float:
         if request is not None and is_response(response):
             best = max(best, 0.95)
             continue
+        if api_log.is_log_record(value) and response is None:
+            best = max(best, 0.55)  # a logged chat request whose call failed: the generic reading
+            continue
         messages = transcript.find_messages(value)
         if messages is None and isinstance(value, dict) and value.get("role") in ROLES:
             messages = [value]
