@@ -68,6 +68,7 @@ class ToolDef:
     name: str
     description: str | None = None
     parameters: Any = None
+    annotations: Any = None  # MCP tool annotations (readOnlyHint, destructiveHint, ...) where given
 
 
 @dataclass

@@ -215,6 +215,87 @@ MIGRATIONS: list[Migration] = [
         """,
     ),
     Migration(
+        4,
+        "dependency analysis: edge confidence, per-call schedule, DAG summaries",
+        """
+        ALTER TABLE tool_defs ADD COLUMN annotations JSON;   -- MCP tool annotations (readOnlyHint...)
+        ALTER TABLE tool_deps ADD COLUMN confidence DOUBLE;  -- 0..1: how strong the evidence is
+        ALTER TABLE tool_deps ADD COLUMN loose BOOLEAN;      -- the loose mode keeps this edge too
+        ALTER TABLE trace_dag ADD COLUMN mode TEXT;          -- conservative | loose: the mode of min_turns
+        ALTER TABLE trace_dag ADD COLUMN settings TEXT;      -- analysis version, mode, traceforge.toml digest
+        ALTER TABLE trace_dag ADD COLUMN min_turns_conservative INTEGER;
+        ALTER TABLE trace_dag ADD COLUMN min_turns_loose INTEGER;
+        ALTER TABLE trace_dag ADD COLUMN parallel_turns INTEGER;   -- observed turns with 2+ calls
+        ALTER TABLE trace_dag ADD COLUMN user_turns INTEGER;       -- stretches between user messages
+        ALTER TABLE trace_dag ADD COLUMN user_tool_calls INTEGER;  -- calls the user made (not scheduled)
+        ALTER TABLE trace_dag ADD COLUMN edges INTEGER;            -- dependency edges in the mode
+        ALTER TABLE trace_dag ADD COLUMN critical_path JSON;       -- tool_call_ids, one per parallel turn
+        ALTER TABLE trace_dag ADD COLUMN timing TEXT;              -- measured | partial | default
+        ALTER TABLE trace_dag ADD COLUMN input_tokens_saved BIGINT;  -- context the removed turns re-sent
+        ALTER TABLE trace_dag ADD COLUMN tokens_estimated BOOLEAN;   -- token counts from text length
+        CREATE TABLE tool_schedule (
+            trace_id TEXT NOT NULL,
+            tool_call_id TEXT NOT NULL,
+            seq INTEGER,
+            name TEXT,
+            effect TEXT,             -- pure | read | write | unknown
+            segment INTEGER,         -- stretch between user messages
+            observed_turn INTEGER,   -- tool-calling turn it was made in (0-based)
+            level INTEGER,           -- turn of the parallel schedule (0-based)
+            on_critical_path BOOLEAN
+        );
+
+        CREATE VIEW v_dag_by_workload AS
+        SELECT coalesce(t.workload, '(none)') AS workload,
+               count(*) AS traces,
+               sum(d.tool_calls) AS tool_calls,
+               sum(d.observed_turns) AS observed_turns,
+               sum(d.min_turns) AS min_turns,
+               sum(d.turns_saved) AS turns_saved,
+               sum(d.turns_saved) / nullif(sum(d.observed_turns), 0) AS turns_saved_share,
+               count(*) FILTER (WHERE d.turns_saved > 0) AS traces_with_savings,
+               sum(d.parallel_turns) AS parallel_turns,
+               sum(d.min_turns_conservative) AS min_turns_conservative,
+               sum(d.min_turns_loose) AS min_turns_loose,
+               sum(d.observed_ms) AS observed_ms,
+               sum(d.parallel_ms) AS parallel_ms,
+               sum(d.observed_ms) / nullif(sum(d.parallel_ms), 0) AS speedup,
+               sum(d.tokens_saved) AS tokens_saved,
+               sum(d.input_tokens_saved) AS input_tokens_saved
+        FROM trace_dag d JOIN traces t USING (trace_id)
+        GROUP BY 1
+        ORDER BY turns_saved DESC, workload;
+
+        -- Calls of one turn beside calls of the next turn (same user turn): did the second need the
+        -- first (an edge of the analysed mode), or could they have shared a turn?
+        CREATE VIEW v_dag_tool_pairs AS
+        WITH pairs AS (
+            SELECT a.trace_id, a.name AS first_tool, b.name AS then_tool,
+                   a.tool_call_id AS first_id, b.tool_call_id AS then_id
+            FROM tool_schedule a
+            JOIN tool_schedule b
+              ON a.trace_id = b.trace_id AND b.observed_turn = a.observed_turn + 1
+             AND a.segment = b.segment
+        ),
+        edges AS (
+            SELECT DISTINCT e.trace_id, e.src_tool_call_id, e.dst_tool_call_id
+            FROM tool_deps e JOIN trace_dag d USING (trace_id)
+            WHERE e.loose OR d.mode = 'conservative'
+        )
+        SELECT p.first_tool, p.then_tool,
+               count(*) AS sequential_pairs,
+               count(e.trace_id) AS dependent_pairs,
+               count(*) - count(e.trace_id) AS independent_pairs,
+               count(DISTINCT p.trace_id) AS traces
+        FROM pairs p
+        LEFT JOIN edges e
+               ON e.trace_id = p.trace_id AND e.src_tool_call_id = p.first_id
+              AND e.dst_tool_call_id = p.then_id
+        GROUP BY ALL
+        ORDER BY independent_pairs DESC, sequential_pairs DESC, first_tool, then_tool;
+        """,
+    ),
+    Migration(
         5,
         "workload assignment, spend breakdown, prefill/decode profile",
         """

@@ -1,0 +1,63 @@
+"""`traceforge deps`: dependency inference and parallel schedules for every trace in the store."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from traceforge import store
+from traceforge.analysis.dag import analyze_dependencies
+from traceforge.cli import cli
+from traceforge.cli.dag import config_from, config_option, mode_option
+from traceforge.cli.options import db_option, json_option, stderr, stdout
+from traceforge.report.dag_view import render_summary
+
+
+@cli.command()
+@db_option
+@mode_option
+@config_option
+@click.option("--recompute", is_flag=True, help="Analyse every trace again, not only new or changed ones.")
+@json_option
+def deps(db, mode, config_path, recompute, as_json):
+    """Find the tool calls that could have run in parallel, and what that saves.
+
+    Writes tool_deps (every dependency edge with its kind, evidence and
+    confidence), tool_schedule (each call's observed and parallel turn) and
+    trace_dag (one row per trace) to the store. Traces analysed before with
+    the same mode and settings are skipped unless --recompute.
+
+    \b
+    Examples:
+      traceforge deps
+      traceforge deps --mode loose --json > deps.json
+      traceforge deps --config my-tools.toml --recompute
+    """
+    config = config_from(config_path)
+    con = store.connect(db)
+    console = stderr()
+    progress = Progress(
+        TextColumn("analysing"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    )
+    try:
+        with progress:
+            task = progress.add_task("traces", total=None)
+
+            def on_progress(done: int, total: int) -> None:
+                progress.update(task, completed=done, total=total)
+
+            summary = analyze_dependencies(con, mode, config, recompute=recompute, on_progress=on_progress)
+    finally:
+        con.close()
+    if as_json:
+        click.echo(json.dumps(summary, indent=2, default=str))
+    else:
+        render_summary(stdout(), summary)
