@@ -1,0 +1,341 @@
+"""`traceforge export sft`: rows in TRL's conversational format (and OpenAI JSONL), loaded back with
+`datasets` and compared with the store, plus the folder, the card and the selection options."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from datasets import Json, load_dataset
+from export_helpers import build_store, store_messages
+
+from traceforge import store
+from traceforge.cli import cli
+
+
+@pytest.fixture
+def db(tmp_path: Path, db_path: Path) -> Path:
+    con = store.connect(db_path)
+    build_store(con, tmp_path)
+    con.close()
+    return db_path
+
+
+def run(runner, *args: str):
+    result = runner.invoke(cli, list(args), catch_exceptions=False)
+    return result
+
+
+def load(out: Path, config: str, tmp_path: Path, split: str = "train"):
+    return load_dataset(str(out), config, split=split, cache_dir=str(tmp_path / "hf-cache"))
+
+
+def answered_trace_ids(db: Path) -> list[str]:
+    """Traces whose every tool call has a result, oldest first, straight from the store."""
+    con = store.connect(db, read_only=True)
+    try:
+        rows = con.execute(
+            """
+            SELECT trace_id FROM traces
+            WHERE trace_id NOT IN (SELECT trace_id FROM tool_calls WHERE result IS NULL)
+            ORDER BY started_at, trace_id
+            """
+        ).fetchall()
+        return [row[0] for row in rows]
+    finally:
+        con.close()
+
+
+def expected_trace_ids(db: Path) -> list[str]:
+    """Usable traces: every call answered, duplicates (same messages apart from ids) removed
+    keeping the earliest, oldest first."""
+    con = store.connect(db, read_only=True)
+    try:
+        seen, keep = set(), []
+        for trace_id in answered_trace_ids(db):
+            shape = json.dumps(
+                [
+                    (m["role"], m["content"], [(c["name"], c["arguments"]) for c in m["tool_calls"] or []])
+                    for m in store_messages(con, trace_id)
+                ]
+            )
+            if shape not in seen:
+                seen.add(shape)
+                keep.append(trace_id)
+        return keep
+    finally:
+        con.close()
+
+
+def test_sft_rows_are_the_store_conversations(runner, db, tmp_path):
+    out = tmp_path / "data"
+    result = run(
+        runner, "export", "sft", "--db", str(db), "--out", str(out), "--split", "train=1", "--no-redact"
+    )
+    assert result.exit_code == 0, result.output
+    rows = list(load(out, "sft", tmp_path))
+    assert [r["trace_id"] for r in rows] == expected_trace_ids(db)
+
+    con = store.connect(db, read_only=True)
+    for row in rows:
+        recorded = store_messages(con, row["trace_id"])
+        assert [m["role"] for m in row["messages"]] == [m["role"] for m in recorded]
+        for got, want in zip(row["messages"], recorded, strict=True):
+            assert got["content"] == want["content"]
+            assert got["reasoning_content"] == want["reasoning"]
+            if want["tool_calls"]:
+                assert [
+                    (c["id"], c["type"], c["function"]["name"], c["function"]["arguments"])
+                    for c in got["tool_calls"]
+                ] == [(c["id"], "function", c["name"], c["arguments"]) for c in want["tool_calls"]]
+            else:
+                assert got["tool_calls"] is None
+            if want["role"] == "tool":
+                assert (got["tool_call_id"], got["name"]) == (want["tool_call_id"], want["name"])
+        # results right after their turn, in call order
+        for index, message in enumerate(row["messages"]):
+            if message["tool_calls"]:
+                ids = [c["id"] for c in message["tool_calls"]]
+                following = row["messages"][index + 1 : index + 1 + len(ids)]
+                assert [m["tool_call_id"] for m in following] == ids
+        defs = con.execute(
+            "SELECT name, description, parameters FROM tool_defs WHERE trace_id = ? ORDER BY name",
+            [row["trace_id"]],
+        ).fetchall()
+        defined = {name for name, _, _ in defs}
+        recorded_tools = [t["function"] for t in row["tools"] if t["function"]["name"] in defined]
+        assert [(f["name"], f.get("description"), f["parameters"]) for f in recorded_tools] == [
+            (name, description, json.loads(parameters)) for name, description, parameters in defs
+        ]
+        calls = [c for m in recorded for c in m["tool_calls"] or []]
+        inferred = {t["function"]["name"] for t in row["tools"]} - defined
+        assert inferred == {c["name"] for c in calls} - defined  # a schema for every tool called
+        assert row["num_tool_calls"] == len(calls)
+        trace = con.execute(
+            "SELECT workload, outcome FROM traces WHERE trace_id = ?", [row["trace_id"]]
+        ).fetchone()
+        assert (row["workload"], row["outcome"]) == trace
+    con.close()
+
+
+def test_arguments_keep_their_own_keys(runner, db, tmp_path):
+    """The Json feature: calls with different argument keys are not padded with nulls."""
+    out = tmp_path / "data"
+    assert (
+        run(runner, "export", "sft", "--db", str(db), "--out", str(out), "--split", "train=1").exit_code == 0
+    )
+    dataset = load(out, "sft", tmp_path)
+    assert isinstance(dataset.features["messages"].feature["tool_calls"].feature, Json)
+    assert isinstance(dataset.features["tools"].feature, Json)
+    keys = {}
+    for row in dataset:
+        for message in row["messages"]:
+            for call in message["tool_calls"] or []:
+                keys.setdefault(call["function"]["name"], set()).add(
+                    tuple(sorted(call["function"]["arguments"]))
+                )
+    assert keys["get_weather"] == {("city",)}
+    assert keys["send_email"] == {("body", "subject", "to")}
+    assert keys["get_news"] == {("limit", "symbol")}
+    # On disk each call is JSON text (Arrow's JSON extension type): one column type whatever the arguments.
+    shard = next((out / "sft").glob("train-*.parquet"))
+    call_type = pq.read_schema(shard).field("messages").type.value_type.field("tool_calls").type.value_type
+    assert (call_type.extension_name, str(call_type.storage_type)) == ("arrow.json", "string")
+
+
+def test_openai_format_lines(runner, db, tmp_path):
+    out = tmp_path / "data"
+    result = run(
+        runner,
+        "export",
+        "sft",
+        "--db",
+        str(db),
+        "--out",
+        str(out),
+        "--format",
+        "openai",
+        "--split",
+        "train=1",
+        "--no-redact",
+    )
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in (out / "sft-openai" / "train.jsonl").read_text().splitlines()]
+    con = store.connect(db, read_only=True)
+    for line, trace_id in zip(lines, expected_trace_ids(db), strict=True):
+        recorded = store_messages(con, trace_id)
+        assert [m["role"] for m in line["messages"]] == [m["role"] for m in recorded]
+        for got, want in zip(line["messages"], recorded, strict=True):
+            assert "reasoning_content" not in got
+            if want["tool_calls"]:
+                for call, stored in zip(got["tool_calls"], want["tool_calls"], strict=True):
+                    assert isinstance(call["function"]["arguments"], str)
+                    assert json.loads(call["function"]["arguments"]) == stored["arguments"]
+                    assert call["id"] == stored["id"]
+            if want["role"] == "tool":
+                assert got["tool_call_id"] == want["tool_call_id"]
+        assert all(t["type"] == "function" for t in line["tools"])
+    con.close()
+
+
+def test_folder_card_and_default_config(runner, db, tmp_path):
+    out = tmp_path / "data"
+    args = ["--db", str(db), "--out", str(out), "--license", "apache-2.0", "--seed", "3"]
+    assert run(runner, "export", "sft", *args).exit_code == 0
+    assert run(runner, "export", "rl", *args).exit_code == 0
+    readme = (out / "README.md").read_text()
+    header = yaml.safe_load(readme.split("---")[1])
+    assert header["license"] == "apache-2.0"
+    configs = {c["config_name"]: c for c in header["configs"]}
+    assert configs["sft"]["default"] is True
+    assert {c["config_name"] for c in header["dataset_info"]} == {"sft", "rl"}
+    manifest = json.loads((out / "traceforge-export.json").read_text())
+    for info in header["dataset_info"]:
+        rows = manifest["configs"][info["config_name"]]["rows"]
+        assert {s["name"]: s["num_examples"] for s in info["splits"]} == rows
+    assert "exact duplicate: 1" in readme and "a tool call without a result: 1" in readme
+    assert "Traces calling a tool with no recorded definition: 1" in readme  # http_get in ops-secrets
+    # load_dataset(folder) without a config name reads the default one, every split present
+    everything = load_dataset(str(out), cache_dir=str(tmp_path / "hf-cache"))
+    assert set(everything) == set(manifest["configs"]["sft"]["rows"])
+    assert sum(len(split) for split in everything.values()) == len(expected_trace_ids(db))
+
+
+def test_split_is_by_trace_and_seeded(runner, db, tmp_path):
+    def assignment(out: Path, config: str) -> dict[str, str]:
+        manifest = json.loads((out / "traceforge-export.json").read_text())
+        return {
+            row["trace_id"]: split
+            for split in manifest["configs"][config]["rows"]
+            for row in load(out, config, tmp_path, split)
+        }
+
+    out = tmp_path / "a"
+    for kind in ("sft", "rl"):
+        args = [
+            "export",
+            kind,
+            "--db",
+            str(db),
+            "--out",
+            str(out),
+            "--split",
+            "train=0.5,test=0.5",
+            "--seed",
+            "7",
+        ]
+        assert run(runner, *args).exit_code == 0
+    sft, rl = assignment(out, "sft"), assignment(out, "rl")
+    assert sorted(sft) == sorted(expected_trace_ids(db))  # each trace once, in one split
+    assert sft == rl  # the same trace lands in the same split in every export with that seed
+
+
+def test_length_limits_drop_whole_conversations(runner, db, tmp_path):
+    out = tmp_path / "data"
+    result = run(
+        runner,
+        "export",
+        "sft",
+        "--db",
+        str(db),
+        "--out",
+        str(out),
+        "--split",
+        "train=1",
+        "--max-messages",
+        "7",
+        "--json",
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    con = store.connect(db, read_only=True)
+    lengths = dict(con.execute("SELECT trace_id, count(*) FROM messages GROUP BY 1").fetchall())
+    con.close()
+    # limits apply before duplicates are looked for
+    assert report["dropped"]["over_max_messages"] == sum(1 for t in answered_trace_ids(db) if lengths[t] > 7)
+    kept = expected_trace_ids(db)
+    rows = list(load(out, "sft", tmp_path))
+    assert rows and all(len(r["messages"]) <= 7 for r in rows)
+    assert {r["trace_id"] for r in rows} == {t for t in kept if lengths[t] <= 7}
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (["--workload", "finance"], {"stock-anthropic"}),
+        (["--outcome", "failure"], {"trip-chain"}),
+        (["--model", "gpt-4o-mini"], {"trip-two-turns"}),
+        (["--model", "claude-*"], {"stock-anthropic"}),
+        (["--since", "2025-03-03", "--until", "2025-03-05"], {"trip-two-turns", "ops-secrets"}),
+        (["--min-tool-calls", "3"], {"trip-weather", "trip-two-turns"}),
+    ],
+)
+def test_selection_options(runner, db, tmp_path, options, expected):
+    out = tmp_path / "data"
+    result = run(runner, "export", "sft", "--db", str(db), "--out", str(out), "--split", "train=1", *options)
+    assert result.exit_code == 0, result.output
+    assert {r["trace_id"] for r in load(out, "sft", tmp_path)} == expected
+
+
+def test_bad_usage_and_bad_folders(runner, db, tmp_path):
+    base = ["export", "sft", "--db", str(db), "--out", str(tmp_path / "x")]
+    result = run(runner, *base, "--split", "train=0.5")
+    assert result.exit_code == 2 and "add up to 0.5" in result.output
+    result = run(runner, *base, "--since", "March")
+    assert result.exit_code == 2 and "2025-03-01" in result.output
+    result = run(runner, "export", "rl", "--db", str(db), "--format", "openai")
+    assert result.exit_code == 2
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("mine")
+    result = run(runner, "export", "sft", "--db", str(db), "--out", str(busy))
+    assert result.exit_code == 1 and "not empty" in result.output
+    assert (busy / "notes.txt").read_text() == "mine"
+    result = run(runner, "export", "sft", "--db", str(tmp_path / "missing.duckdb"))
+    assert result.exit_code == 1 and "no such store" in result.output
+
+
+def test_nothing_selected_exits_1(runner, db, tmp_path):
+    result = run(runner, "export", "sft", "--db", str(db), "--out", str(tmp_path / "o"), "--workload", "nope")
+    assert result.exit_code == 1
+    assert "No rows written" in result.output
+
+
+def test_real_tau2_simulations(runner, shared_data, tmp_path, db_path):
+    """tau2-bench runs (agent and simulated user, the user with tools of its own): each simulation is
+    one row whose agent calls, results and user text are the recording's, computed here with `json`."""
+    files = sorted((shared_data / "tau2-bench").glob("*.json"))
+    ingest = runner.invoke(cli, ["ingest", "--db", str(db_path), *map(str, files)])
+    assert ingest.exit_code == 0, ingest.output
+    out = tmp_path / "tau2"
+    args = ["export", "sft", "--db", str(db_path), "--out", str(out), "--split", "train=1", "--no-redact"]
+    result = runner.invoke(cli, [*args, "--no-dedup", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    rows = {r["trace_id"]: r for r in load(out, "sft", tmp_path)}
+
+    simulations = [s for f in files for s in json.loads(f.read_text())["simulations"]]
+    assert sorted(rows) == sorted(s["id"] for s in simulations)
+    user_calls = 0
+    for simulation in simulations:
+        raw = simulation["messages"]
+        row = rows[simulation["id"]]
+        agent_calls = [c for m in raw if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+        got_calls = [c for m in row["messages"] for c in m["tool_calls"] or []]
+        assert [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in got_calls] == [
+            (c["id"], c["name"], c["arguments"]) for c in agent_calls
+        ]
+        agent_results = {
+            m["id"]: m["content"] for m in raw if m["role"] == "tool" and m["requestor"] == "assistant"
+        }
+        assert {
+            m["tool_call_id"]: m["content"] for m in row["messages"] if m["role"] == "tool"
+        } == agent_results
+        said = [m["content"] for m in raw if m["role"] == "user" and m.get("content")]
+        assert [m["content"] for m in row["messages"] if m["role"] == "user"] == said
+        user_calls += sum(len(m.get("tool_calls") or []) for m in raw if m["role"] == "user")
+        reward = (simulation.get("reward_info") or {}).get("reward")
+        assert row["outcome"] == ("success" if reward else "failure")
+    assert json.loads(result.output)["user_tool_calls_removed"] == user_calls > 0

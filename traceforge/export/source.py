@@ -1,0 +1,295 @@
+"""Conversations read from the store, in the message shape every dataset export writes.
+
+A message is a dict with the keys of TRL's conversational format (transformers chat templates):
+
+    {"role": "system" | "developer" | "user" | "assistant" | "tool",
+     "content": str | None,
+     "tool_calls": [{"id": str, "type": "function",
+                     "function": {"name": str, "arguments": dict}}] | None,
+     "tool_call_id": str | None,      # on tool messages: the call answered
+     "name": str | None,              # on tool messages: the tool's name
+     "reasoning_content": str | None} # thinking text, where the provider returned it
+
+Arguments stay objects (templates expect dicts; OpenAI files get them as JSON strings on the way
+out), each call keeps its stored id, and the results of an assistant turn follow it in call order.
+A conversation that cannot be written that way (a call without a result, arguments that are not a
+JSON object...) has a `problem` and is left out by the caller, counted by reason. Tool calls a user
+made (a simulated user acting on their own device) are not the agent's: they are removed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import duckdb
+import polars as pl
+
+MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content")
+
+
+@dataclass
+class Conversation:
+    """One trace as a training conversation, with what selection and the dataset card need."""
+
+    trace_id: str
+    workload: str | None
+    outcome: str
+    model: str | None  # the model of most of the trace's LLM calls
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]  # JSON schemas: {"type": "function", "function": {...}}
+    inferred_tools: list[str] = field(default_factory=list)  # called, but no definition recorded
+    removed_user_calls: list[str] = field(default_factory=list)  # the user's own tool calls, removed
+    peak_tokens: int | None = None  # largest input + output of one LLM call, where usage was reported
+    problem: str | None = None  # why it cannot be a training example, if it cannot
+
+    def with_messages(self, messages: list[dict[str, Any]]) -> Conversation:
+        return replace(self, messages=messages)
+
+    @property
+    def tool_call_count(self) -> int:
+        return sum(len(m["tool_calls"] or []) for m in self.messages)
+
+
+def message(role: str, content: str | None = None, **fields: Any) -> dict[str, Any]:
+    """A message dict with every key present (absent ones None), as the dataset features expect."""
+    out = dict.fromkeys(MESSAGE_KEYS)
+    out["role"] = role
+    out["content"] = content
+    out.update(fields)
+    return out
+
+
+def load_conversations(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> list[Conversation]:
+    """The conversations of `trace_ids`, in that order, each checked and normalised.
+
+    >>> convs = load_conversations(con, ["c1"])          # doctest: +SKIP
+    >>> convs[0].messages[2]["tool_calls"][0]["function"]  # doctest: +SKIP
+    {'name': 'get_weather', 'arguments': {'city': 'Paris'}}
+    """
+    if not trace_ids:
+        return []
+    con.register("_tf_export_ids", pl.DataFrame({"trace_id": trace_ids}, schema={"trace_id": pl.Utf8}))
+    try:
+        traces = con.execute(
+            """
+            SELECT t.trace_id, t.workload, t.outcome, c.model, c.peak_tokens
+            FROM traces t
+            JOIN _tf_export_ids USING (trace_id)
+            LEFT JOIN (
+                SELECT trace_id, mode(model) AS model,
+                       max(input_tokens + coalesce(output_tokens, 0)) FILTER (WHERE usage_reported)
+                           AS peak_tokens
+                FROM llm_calls GROUP BY trace_id
+            ) c USING (trace_id)
+            """
+        ).fetchall()
+        messages = con.execute(
+            """
+            SELECT trace_id, role, content, tool_calls, tool_call_id, name, reasoning
+            FROM messages JOIN _tf_export_ids USING (trace_id)
+            ORDER BY trace_id, seq
+            """
+        ).fetchall()
+        defs = con.execute(
+            """
+            SELECT trace_id, name, description, parameters
+            FROM tool_defs JOIN _tf_export_ids USING (trace_id)
+            ORDER BY trace_id, name
+            """
+        ).fetchall()
+    finally:
+        con.unregister("_tf_export_ids")
+    messages_of: dict[str, list[tuple]] = {}
+    for row in messages:
+        messages_of.setdefault(row[0], []).append(row[1:])
+    defs_of: dict[str, list[tuple]] = {}
+    for row in defs:
+        defs_of.setdefault(row[0], []).append(row[1:])
+    by_id = {}
+    for trace_id, workload, outcome, model, peak in traces:
+        conversation = Conversation(
+            trace_id=trace_id,
+            workload=workload,
+            outcome=outcome or "unknown",
+            model=model,
+            messages=[],
+            tools=[],
+            peak_tokens=int(peak) if peak is not None else None,
+        )
+        conversation.messages, conversation.removed_user_calls, conversation.problem = _messages(
+            messages_of.get(trace_id, [])
+        )
+        conversation.tools, conversation.inferred_tools = _tools(
+            defs_of.get(trace_id, []), conversation.messages
+        )
+        by_id[trace_id] = conversation
+    return [by_id[t] for t in trace_ids if t in by_id]
+
+
+def _messages(rows: list[tuple]) -> tuple[list[dict[str, Any]], list[str], str | None]:
+    """Store rows to message dicts, results put in call order; the ids of the user-side calls
+    removed; and the first problem found.
+
+    Tool calls on a user message are the user's own actions (tau2's simulated user toggling their
+    phone), which the agent never saw: they and their results are removed, keeping the user's text.
+    """
+    user_calls = {
+        call["id"]
+        for role, _, calls_json, *_ in rows
+        if role != "assistant" and calls_json
+        for call in json.loads(calls_json)
+    }
+    out: list[dict[str, Any]] = []
+    problem = None
+    for role, content, calls_json, tool_call_id, name, reasoning in rows:
+        if role == "tool" and tool_call_id in user_calls:
+            continue
+        calls = None
+        if calls_json and role == "assistant":
+            calls = []
+            for call in json.loads(calls_json):
+                arguments = call.get("arguments")
+                if arguments is None:
+                    arguments = {}
+                if not isinstance(arguments, dict):
+                    problem = problem or "arguments_not_an_object"
+                calls.append(
+                    {
+                        "id": call.get("id"),
+                        "type": "function",
+                        "function": {"name": call.get("name"), "arguments": arguments},
+                    }
+                )
+        elif calls_json and not content:
+            continue
+        out.append(
+            message(
+                role,
+                content,
+                tool_calls=calls,
+                tool_call_id=tool_call_id if role == "tool" else None,
+                name=name if role == "tool" else None,
+                reasoning_content=reasoning,
+            )
+        )
+    messages, problem = _results_in_call_order(out, problem)
+    return messages, sorted(user_calls), problem
+
+
+def _results_in_call_order(
+    messages: list[dict[str, Any]], problem: str | None
+) -> tuple[list[dict[str, Any]], str | None]:
+    """Each assistant turn's results right after it, in the order of its calls.
+
+    The results of a turn are the run of tool messages that follows it; a run that is not exactly
+    the turn's calls (a call without a result, a result for another turn) is a problem.
+    """
+    out: list[dict[str, Any]] = []
+    index = 0
+    while index < len(messages):
+        current = messages[index]
+        index += 1
+        if current["role"] == "tool":
+            problem = problem or "result_without_call"
+            out.append(current)
+            continue
+        out.append(current)
+        if not current["tool_calls"]:
+            continue
+        run_end = index
+        while run_end < len(messages) and messages[run_end]["role"] == "tool":
+            run_end += 1
+        results = messages[index:run_end]
+        index = run_end
+        order = [call["id"] for call in current["tool_calls"]]
+        by_call = {r["tool_call_id"]: r for r in results}
+        if len(by_call) != len(results) or set(by_call) != set(order) or len(set(order)) != len(order):
+            problem = problem or (
+                "unanswered_tool_call" if len(results) < len(order) else "result_without_call"
+            )
+            out.extend(results)
+            continue
+        out.extend(by_call[call_id] for call_id in order)
+    if problem is None and not any(m["role"] == "assistant" for m in out):
+        problem = "no_assistant_message"
+    return out, problem
+
+
+def _tools(defs: list[tuple], messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The recorded tool definitions as JSON schemas, plus a minimal schema for each tool that was
+    called without a recorded definition (a chat template lists only the tools it is given)."""
+    tools = []
+    for name, description, parameters in defs:
+        function: dict[str, Any] = {"name": name}
+        if description:
+            function["description"] = description
+        schema = json.loads(parameters) if parameters else None
+        function["parameters"] = schema if isinstance(schema, dict) else {"type": "object", "properties": {}}
+        tools.append({"type": "function", "function": function})
+    known = {name for name, *_ in defs}
+    inferred: dict[str, dict[str, Any]] = {}
+    for call in _calls(messages):
+        name = call["function"]["name"]
+        if name in known:
+            continue
+        properties = inferred.setdefault(name, {})
+        arguments = call["function"]["arguments"]
+        if isinstance(arguments, dict):
+            for key, value in arguments.items():
+                properties.setdefault(key, {"type": json_type(value)})
+    for name, properties in inferred.items():
+        tools.append(
+            {
+                "type": "function",
+                "function": {
+                    "name": name,
+                    "description": "(no definition recorded; parameters inferred from the calls)",
+                    "parameters": {"type": "object", "properties": properties},
+                },
+            }
+        )
+    return tools, list(inferred)
+
+
+def _calls(messages: Iterable[dict[str, Any]]) -> Iterable[dict[str, Any]]:
+    for m in messages:
+        yield from m["tool_calls"] or []
+
+
+def json_type(value: Any) -> str:
+    """The JSON Schema type name of a JSON value."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if value is None:
+        return "null"
+    return "object"
+
+
+def conversation_text(messages: Iterable[dict[str, Any]], roles: tuple[str, ...] | None = None) -> str:
+    """The text of messages (contents, call names and arguments, reasoning), for dedup and length.
+
+    `roles` limits it to messages of those roles.
+    """
+    parts = []
+    for m in messages:
+        if roles is not None and m["role"] not in roles:
+            continue
+        parts.append(m["role"])
+        for key in ("content", "reasoning_content"):
+            if m[key]:
+                parts.append(m[key])
+        for call in m["tool_calls"] or []:
+            parts.append(call["function"]["name"])
+            parts.append(json.dumps(call["function"]["arguments"], sort_keys=True, ensure_ascii=False))
+    return "\n".join(parts)

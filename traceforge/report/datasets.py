@@ -1,0 +1,58 @@
+"""Rendering dataset exports and pushes in the terminal."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from traceforge.export.card import DROP_REASONS, LEFT_OUT_REASONS
+from traceforge.export.hub import PushResult
+from traceforge.export.pipeline import ExportReport
+from traceforge.report.terminal import display_path
+
+
+def _reasons(console: Console, title: str, counts: dict[str, int], names: dict[str, str]) -> None:
+    if not counts:
+        return
+    console.print(f"{title} ({sum(counts.values())}):")
+    for reason, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        console.print(f"  {n:>6}  {names.get(reason, reason)}")
+
+
+def render_export(console: Console, report: ExportReport) -> None:
+    rows = ", ".join(f"{split} {n}" for split, n in report.rows.items()) or "no rows"
+    console.print(
+        f"[bold]{report.kind}[/]: {report.matched} traces matched, {report.selected} usable; "
+        f"wrote {rows} to {display_path(str(report.out))}/{report.config}/"
+    )
+    _reasons(console, "Dropped whole, never truncated", report.dropped, DROP_REASONS)
+    _reasons(console, "Left out of this export", report.left_out, LEFT_OUT_REASONS)
+    if report.user_tool_calls_removed:
+        console.print(f"Removed {report.user_tool_calls_removed} tool calls the user made (not the agent's).")
+    if report.turns:
+        turns = report.turns
+        console.print(
+            f"Tool-calling turns: {turns['original']} recorded -> {turns['parallel']} parallel "
+            f"({turns['saved']} LLM round trips saved); "
+            f"{turns['thoughts_dropped']} interleaved texts dropped."
+        )
+    if report.redaction["enabled"]:
+        counts = report.redaction["counts"]
+        if counts:
+            detail = ", ".join(
+                f"{kind} {n}" for kind, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+            )
+            console.print(
+                f"Redacted {sum(counts.values())} values in {report.redaction['traces']} traces: {detail}."
+            )
+        else:
+            console.print("Redaction: on; nothing found to redact.")
+    else:
+        console.print("[yellow]Redaction is OFF (--no-redact): secrets and personal data were kept.[/]")
+    console.print(f"Dataset card: {display_path(str(report.out / 'README.md'))}")
+
+
+def render_push(console: Console, result: PushResult) -> None:
+    visibility = "private" if result.private else "[yellow]public[/]"
+    verb = "created" if result.created else "updated"
+    console.print(f"Pushed {len(result.files)} files to {result.url} ({visibility}; repo {verb}).")
+    console.print(f"Commit: {result.commit_url}")
