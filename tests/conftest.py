@@ -37,3 +37,28 @@ def con(db_path: Path):
 @pytest.fixture
 def runner() -> CliRunner:
     return CliRunner()
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Debian's headless Chromium, installed by the test set-up where it can be (root with apt-get,
+    as in CI). In CI its absence fails the run; elsewhere the browser tests skip with the reason."""
+    import os
+
+    from browser import ensure_chromium
+
+    found = ensure_chromium()
+    if found:
+        return found
+    message = "Chromium is not installed and could not be installed (apt-get install chromium)"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def artifacts() -> Path:
+    """Where tests keep what a person may want to look at afterwards (screenshots); gitignored."""
+    folder = REPO / "test-artifacts"
+    folder.mkdir(exist_ok=True)
+    return folder

@@ -5,47 +5,93 @@ import json
 import click
 
 from traceforge import store
-from traceforge.analysis.summary import summarize
+from traceforge.analysis.effects import MODES, ConfigError, load_config
+from traceforge.analysis.workloads import WorkloadKeyError
 from traceforge.cli import cli
 from traceforge.cli.ingest import exit_for, run_ingest
-from traceforge.cli.options import (
-    db_option,
-    format_option,
-    json_option,
-    stderr,
-    stdout,
-    strict_option,
-)
-from traceforge.report.terminal import render_ingest, render_summary
+from traceforge.cli.options import db_option, format_option, json_option, stderr, stdout, strict_option
+from traceforge.pipeline import run_analysis
+from traceforge.report.terminal import render_ingest, render_report
 
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True)
 @db_option
+@click.option(
+    "--out",
+    default="traceforge-out",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Folder for summary.json, profile.json, replay.jsonl and report.html.",
+)
+@click.option(
+    "--workload-key",
+    default=None,
+    help="Group traces by: workload (default: the source's name, else a fingerprint of system "
+    "prompt and tools), agent, model, source_format, fingerprint, or attributes.PATH.",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(MODES),
+    default="conservative",
+    show_default=True,
+    help="Dependency inference: conservative (claims you can train on) or loose (the most a "
+    "parallel model could save).",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Tool effects and defaults (default: ./traceforge.toml when it exists).",
+)
 @format_option
 @strict_option
 @json_option
-def analyze(paths, db, fmt, strict, as_json):
-    """The main job: ingest PATHS (incrementally), analyse, and report.
+def analyze(paths, db, out, workload_key, mode, config_path, fmt, strict, as_json):
+    """The main job: ingest PATHS (incrementally), analyse, report, write outputs.
 
-    Rerunning on the same input reuses the store: unchanged files are not
-    read again.
+    Answers where spend goes, what parallel tool calls would save, what
+    inference each workload needs, and what to post-train first. Rerunning on
+    the same input reuses the store: unchanged files are not read again and
+    analysed traces are not analysed again.
 
     \b
     Examples:
       traceforge analyze logs/
-      traceforge analyze sample_traces/ --db /tmp/samples.duckdb
-      traceforge analyze 'gateway/2026-11-*.jsonl.gz' --json > summary.json
+      traceforge analyze sample_traces/ --db /tmp/samples.duckdb --out /tmp/report
+      traceforge analyze 'gateway/2026-11-*.jsonl.gz' --workload-key agent
+      traceforge analyze logs/ --json > summary.json
     """
+    try:
+        deps_config = load_config(config_path)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
     report = run_ingest(paths, db, fmt)
     render_ingest(stderr(), report)
-    con = store.connect(db, read_only=True)
+    con = store.connect(db)
     try:
-        summary = summarize(con)
+        if not con.execute("SELECT count(*) FROM traces").fetchall()[0][0]:
+            exit_for(report, strict)
+            raise click.ClickException(f"{db} holds no traces to analyse.")
+        status = stderr().status("analysing", spinner="dots")
+        with status:
+            try:
+                result = run_analysis(
+                    con,
+                    out_dir=out,
+                    workload_key=workload_key,
+                    mode=mode,
+                    deps_config=deps_config,
+                    store_path=str(db),
+                    on_step=lambda step: status.update(step),
+                )
+            except WorkloadKeyError as exc:
+                raise click.BadParameter(str(exc), param_hint="--workload-key") from exc
     finally:
         con.close()
     if as_json:
-        click.echo(json.dumps(summary, indent=2, default=str))
+        click.echo(json.dumps(result.summary, indent=2, default=str))
     else:
-        render_summary(stdout(), summary, db)
+        render_report(stdout(), result.summary, db)
     exit_for(report, strict)

@@ -33,12 +33,17 @@ strict_option = click.option(
 
 
 def stdout() -> Console:
-    """Report output. Long lines are not hard-wrapped, so messages stay one line when piped or grepped."""
-    return Console(soft_wrap=True)
+    """Report output: word-wrapped to the terminal's width on a terminal; piped or redirected, long
+    lines stay whole (and colourless) so they can be grepped."""
+    console = Console()
+    console.soft_wrap = not console.is_terminal
+    return console
 
 
 def stderr() -> Console:
-    return Console(stderr=True, soft_wrap=True)
+    console = Console(stderr=True)
+    console.soft_wrap = not console.is_terminal
+    return console
 
 
 class FileProgress:

@@ -127,3 +127,175 @@ def render_summary(console: Console, summary: dict[str, Any], db: str) -> None:
         )
     else:
         console.print("No rejected records.")
+
+
+def _section(console: Console, title: str) -> None:
+    console.print()
+    console.print(f"[bold underline]{title}[/]")
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def _table(*columns: tuple[str, str]) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1), pad_edge=False)
+    for name, justify in columns:
+        table.add_column(name, justify=justify, overflow="fold")
+    return table
+
+
+def render_report(console: Console, summary: dict[str, Any], db: str) -> None:
+    """The whole analysis: store at a glance, spend, parallel opportunities, inference needs, and
+    what to post-train first."""
+    store_view = {k: summary[k] for k in ("totals", "by_workload_model", "reject_reasons")}
+    render_summary(console, store_view, db)
+    _render_spend(console, summary["spend"])
+    _render_parallel(console, summary["parallel"])
+    _render_inference(console, summary["inference"])
+    _render_recommendations(console, summary["recommendations"])
+    outputs = summary.get("outputs") or {}
+    if outputs:
+        _section(console, "Outputs")
+        for name, path in outputs.items():
+            console.print(f"  {name:<8} {display_path(path)}")
+
+
+def _render_spend(console: Console, spend: dict[str, Any]) -> None:
+    _section(console, "Where spend goes")
+    basis = "cost" if spend["basis"] == "cost_usd" else "tokens"
+    table = _table(
+        ("#", "right"),
+        ("workload", "left"),
+        ("traces", "right"),
+        ("cost", "right"),
+        ("share", "right"),
+        ("cum.", "right"),
+    )
+    for w in spend["workloads"][:15]:
+        cost = w.get("cost_usd")
+        table.add_row(
+            str(w["rank"]),
+            w["workload"],
+            str(w["traces"]),
+            f"${cost:,.2f}" if cost is not None else "-",
+            _pct(w["share"]),
+            _pct(w["cumulative_share"]),
+        )
+    console.print(table, soft_wrap=False)
+    if len(spend["workloads"]) > 15:
+        console.print(f"  ... {len(spend['workloads']) - 15} more in summary.json")
+    top = spend.get("top_80_percent") or []
+    console.print(f"{plural(len(top), 'workload')} carry 80% of {basis}: {', '.join(map(str, top))}.")
+    law = spend.get("power_law") or {}
+    if law.get("alpha") is not None:
+        console.print(
+            f"Power law: exponent {law['alpha']:.2f} (R² {law['r_squared']:.2f}, rank-size fit over "
+            f"{plural(law['n'], 'workload')})."
+        )
+    if spend.get("unpriced_models"):
+        console.print(
+            f"[yellow]No price for:[/] {', '.join(map(str, spend['unpriced_models']))} "
+            "(pass --prices FILE; their calls are left out of the cost)."
+        )
+
+
+def _render_parallel(console: Console, parallel: dict[str, Any]) -> None:
+    _section(console, "What parallel tool calls would save")
+    if not parallel.get("traces"):
+        console.print("No trace has tool calls.")
+        return
+    observed, saved = parallel["observed_turns"], parallel["turns_saved"]
+    seconds = (parallel["observed_ms"] - parallel["parallel_ms"]) / 1000
+    console.print(
+        f"{saved} of {observed} tool-calling turns ({saved / observed if observed else 0:.0%}) were "
+        f"independent calls made one after another, in {parallel['traces_with_savings']} of "
+        f"{plural(parallel['traces'], 'trace')} ({parallel['mode']} mode). A parallel-calling model "
+        f"would save ~{seconds:,.1f} s and {human(parallel['tokens_saved'])} re-sent input tokens."
+    )
+    pairs = parallel.get("tool_pairs") or []
+    if pairs:
+        table = _table(("first", "left"), ("then", "left"), ("independent", "right"), ("in seq.", "right"))
+        for pair in pairs[:5]:
+            table.add_row(
+                pair["first_tool"],
+                pair["then_tool"],
+                str(pair["independent_pairs"]),
+                str(pair["sequential_pairs"]),
+            )
+        console.print("Tool pairs made in sequence without needing each other:")
+        console.print(table, soft_wrap=False)
+    top = parallel.get("top_traces") or []
+    if top:
+        table = _table(
+            ("trace", "left"),
+            ("workload", "left"),
+            ("turns", "right"),
+            ("needed", "right"),
+            ("saved", "right"),
+        )
+        for trace in top[:5]:
+            table.add_row(
+                trace["trace_id"],
+                trace["workload"] or "-",
+                str(trace["observed_turns"]),
+                str(trace["min_turns"]),
+                str(trace["turns_saved"]),
+            )
+        console.print("Traces with most to save (see one with `traceforge dag TRACE_ID`):")
+        console.print(table, soft_wrap=False)
+
+
+def _render_inference(console: Console, rows: list[dict[str, Any]]) -> None:
+    _section(console, "What each workload needs of inference")
+    if not rows:
+        console.print("No LLM calls.")
+        return
+    table = _table(
+        ("workload", "left"),
+        ("P:D", "right"),
+        ("cached", "right"),
+        ("sim. hit", "right"),
+        ("in p50", "right"),
+        ("out p50", "right"),
+        ("gap p90", "right"),
+        ("plan", "left"),
+    )
+    for r in rows:
+        plan = r["deployment"]
+        gap = r["tool_gap_ms"]["p90"]
+        table.add_row(
+            r["workload"],
+            f"{r['prefill_decode_ratio']:.0f}:1" if r["prefill_decode_ratio"] else "-",
+            _pct(r["reported_cache_hit_ratio"]),
+            _pct(r["simulated_cache_hit_ratio"]),
+            human(r["input_length"]["p50"]),
+            human(r["output_length"]["p50"]),
+            f"{gap / 1000:.1f}s" if gap is not None else "-",
+            _plan(plan),
+        )
+    console.print(table, soft_wrap=False)
+    console.print(
+        "P:D is uncached input per output token; 'cached' is what the provider's cache served, "
+        "'sim. hit' what an unlimited prefix cache would. Plans are for the observed rate on the "
+        "default GPU profile: `traceforge profile --target-rps N` for yours."
+    )
+
+
+def _plan(plan: dict[str, Any]) -> str:
+    """'agg 1P:1D' or 'disagg 3P:2D': the serving mode and the prefill and decode instances."""
+    if not plan.get("mode"):
+        return "-"
+    mode = "disagg" if plan["mode"] == "disaggregated" else "agg"
+    return f"{mode} {plan['prefill_instances']}P:{plan['decode_instances']}D"
+
+
+def _render_recommendations(console: Console, picks: list[dict[str, Any]]) -> None:
+    _section(console, "What to post-train first")
+    if not picks:
+        console.print("No workload has spend to rank yet.")
+        return
+    for number, pick in enumerate(picks, start=1):
+        console.print(f"{number}. [bold]{pick['workload']}[/]")
+        for reason in pick["reasons"]:
+            console.print(f"   - {reason}")

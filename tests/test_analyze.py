@@ -1,0 +1,180 @@
+"""`traceforge analyze` end to end: the outputs, the terminal report, report.html in a real browser,
+hostile trace content, and the SQL files in queries/ through the DuckDB shell."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import duckdb
+import pytest
+from builders import OpenAILoop, openai_tool_call, write_jsonl
+from conftest import REPO, SAMPLE_TRACES
+from rich.console import Console
+
+from traceforge.cli import cli
+from traceforge.cli.sql import shell_binary
+from traceforge.report.terminal import render_report
+
+SECTIONS = (
+    "Where spend goes",
+    "What parallel tool calls would save",
+    "What each workload needs of inference",
+    "What to post-train first",
+    "Outputs",
+)
+
+
+@pytest.fixture(scope="module")
+def analysed(tmp_path_factory):
+    """The samples analysed once for the module: (store path, output folder, CLI result)."""
+    from click.testing import CliRunner
+
+    folder = tmp_path_factory.mktemp("analyze")
+    db, out = folder / "store.duckdb", folder / "out"
+    result = CliRunner().invoke(cli, ["analyze", str(SAMPLE_TRACES), "--db", str(db), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return db, out, result
+
+
+def test_analyze_writes_every_output_consistent_with_the_store(analysed):
+    db, out, _ = analysed
+    summary = json.loads((out / "summary.json").read_text())
+    profile = json.loads((out / "profile.json").read_text())
+    replay = (out / "replay.jsonl").read_text().splitlines()
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        traces, calls = con.execute(
+            "SELECT (SELECT count(*) FROM traces), (SELECT count(*) FROM llm_calls)"
+        ).fetchone()
+        saved, observed = con.execute(
+            "SELECT sum(turns_saved), sum(observed_turns) FROM trace_dag"
+        ).fetchone()
+        top80 = {r[0] for r in con.execute("SELECT workload FROM workloads WHERE in_top_80").fetchall()}
+    finally:
+        con.close()
+    assert summary["totals"]["traces"] == traces and summary["totals"]["llm_calls"] == calls
+    assert summary["parallel"]["turns_saved"] == saved and summary["parallel"]["observed_turns"] == observed
+    assert saved > 0  # the samples plant independent calls made one per turn
+    assert abs(sum(w["share"] for w in summary["spend"]["workloads"]) - 1) < 1e-9
+    assert {r["workload"] for r in summary["recommendations"]} == top80
+    assert profile["schema"] == "traceforge.profile"
+    assert len(replay) == calls
+    assert set(summary["outputs"]) == {"summary", "profile", "replay", "report"}
+
+
+def test_terminal_report_answers_the_four_questions_without_colour_when_piped(analysed):
+    _, _, result = analysed
+    for section in SECTIONS:
+        assert section in result.output
+    assert "\x1b[" not in result.output
+    assert "traceforge dag TRACE_ID" in result.output
+
+
+def test_terminal_report_is_readable_at_80_columns(analysed):
+    _, out, _ = analysed
+    summary = json.loads((out / "summary.json").read_text())
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=80, force_terminal=True, color_system=None)
+    render_report(console, summary, "store.duckdb")
+    lines = buffer.getvalue().splitlines()
+    too_wide = [line for line in lines if len(line) > 80]
+    assert not too_wide, too_wide[:3]
+    assert len(lines) > 30
+
+
+def test_json_prints_summary_json_and_a_rerun_reuses_the_store(analysed, runner, tmp_path):
+    db, out, _ = analysed
+    copy = tmp_path / "store.duckdb"
+    shutil.copy(db, copy)
+    again = runner.invoke(
+        cli, ["analyze", str(SAMPLE_TRACES), "--db", str(copy), "--out", str(tmp_path / "o"), "--json"]
+    )
+    assert again.exit_code == 0
+    assert "Nothing new" in again.stderr
+    printed = json.loads(again.stdout)
+    assert printed == json.loads((tmp_path / "o" / "summary.json").read_text())
+    first = json.loads((out / "summary.json").read_text())
+    for key in ("totals", "spend", "parallel", "recommendations"):
+        assert printed[key] == first[key], key
+
+
+def test_report_html_in_a_real_browser(analysed, chromium, artifacts):
+    from browser import Browser
+
+    _, out, _ = analysed
+    html = (out / "report.html").read_text()
+    assert "<script" not in html.lower() and "http://" not in html and "https://" not in html
+    with Browser(chromium, width=1200, height=1000) as browser:
+        browser.open(out / "report.html")
+        kinds = browser.evaluate(
+            "Array.from(document.querySelectorAll('svg.chart')).filter(s => s.querySelector('.mark'))"
+            ".map(s => s.dataset.chart)"
+        )
+        problems = browser.problems()
+        requests = browser.requests()
+        browser.screenshot(artifacts / "report.png")
+    assert not problems, problems
+    assert all(url.startswith(("file:", "data:")) for url in requests), requests
+    assert len(kinds) >= 8
+    assert {"bar", "stacked", "line", "dag"} <= set(kinds)
+    assert (artifacts / "report.png").stat().st_size > 10_000
+
+
+HOSTILE = {
+    "workload": "<script>window.__pwned=1</script>",
+    "tool": '<img src=x onerror="window.__pwned=2">',
+    "result": '</svg></figure><script>window.__pwned=3</script><svg onload="window.__pwned=4">',
+}
+
+
+def test_hostile_trace_content_is_shown_as_text_and_runs_nothing(runner, tmp_path, chromium):
+    from browser import Browser
+
+    loop = OpenAILoop("You are an agent.", "do it", workload=HOSTILE["workload"])
+    for i in range(3):
+        loop.call(tool_calls=[openai_tool_call(f"call_{i}", HOSTILE["tool"], {"q": f"x{i}"})])
+        loop.result(f"call_{i}", HOSTILE["result"])
+    loop.call(content="done")
+    write_jsonl(tmp_path / "logs" / "evil.jsonl", loop.records)
+    out = tmp_path / "out"
+    result = runner.invoke(
+        cli, ["analyze", str(tmp_path / "logs"), "--db", str(tmp_path / "s.duckdb"), "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    html = (out / "report.html").read_text()
+    for payload in HOSTILE.values():
+        assert payload not in html  # never verbatim
+    assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in html
+    with Browser(chromium) as browser:
+        browser.open(out / "report.html")
+        pwned = browser.evaluate("typeof window.__pwned")
+        text = browser.evaluate("document.body.innerText")
+        problems = browser.problems()
+    assert pwned == "undefined"
+    assert HOSTILE["workload"] in text  # shown to the reader as text
+    assert not problems, problems
+
+
+def test_every_query_file_runs_in_the_duckdb_shell(analysed):
+    db, _, _ = analysed
+    files = sorted((REPO / "queries").glob("*.sql"))
+    assert len(files) >= 8
+    binary = shell_binary()
+    assert binary
+    for path in files:
+        text = path.read_text()
+        assert text.startswith("-- "), f"{path.name} must open with a comment saying what it answers"
+        run = subprocess.run(
+            [binary, "-readonly", "-csv", str(db), "-c", f".read {path}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert run.returncode == 0 and "Error" not in run.stderr, f"{path.name}: {run.stderr}"
+        header = run.stdout.splitlines()[0] if run.stdout else ""
+        assert re.match(r"^[\w\",]+$", header), f"{path.name} printed no result header: {run.stdout[:200]}"
