@@ -12,6 +12,7 @@ see `ensure_chromium`).
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -98,10 +99,8 @@ class Browser:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        try:
+        with contextlib.suppress(OSError, RuntimeError, TimeoutError):
             self.send("Browser.close")
-        except (OSError, RuntimeError, TimeoutError):
-            pass
         try:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
