@@ -5,11 +5,21 @@ import json
 import click
 
 from traceforge import store
-from traceforge.analysis.effects import MODES, ConfigError, load_config
 from traceforge.analysis.workloads import WorkloadKeyError
 from traceforge.cli import cli
 from traceforge.cli.ingest import exit_for, run_ingest
-from traceforge.cli.options import db_option, format_option, json_option, stderr, stdout, strict_option
+from traceforge.cli.options import (
+    config_from,
+    config_option,
+    db_option,
+    format_option,
+    json_option,
+    mode_option,
+    stderr,
+    stdout,
+    strict_option,
+    workload_key_option,
+)
 from traceforge.pipeline import run_analysis
 from traceforge.report.terminal import render_ingest, render_report
 
@@ -24,27 +34,9 @@ from traceforge.report.terminal import render_ingest, render_report
     type=click.Path(file_okay=False),
     help="Folder for summary.json, profile.json, replay.jsonl and report.html.",
 )
-@click.option(
-    "--workload-key",
-    default=None,
-    help="Group traces by: workload (default: the source's name, else a fingerprint of system "
-    "prompt and tools), agent, model, source_format, fingerprint, or attributes.PATH.",
-)
-@click.option(
-    "--mode",
-    type=click.Choice(MODES),
-    default="conservative",
-    show_default=True,
-    help="Dependency inference: conservative (claims you can train on) or loose (the most a "
-    "parallel model could save).",
-)
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Tool effects and defaults (default: ./traceforge.toml when it exists).",
-)
+@workload_key_option
+@mode_option
+@config_option
 @format_option
 @strict_option
 @json_option
@@ -63,10 +55,7 @@ def analyze(paths, db, out, workload_key, mode, config_path, fmt, strict, as_jso
       traceforge analyze 'gateway/2026-11-*.jsonl.gz' --workload-key agent
       traceforge analyze logs/ --json > summary.json
     """
-    try:
-        deps_config = load_config(config_path)
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from exc
+    deps_config = config_from(config_path)
     report = run_ingest(paths, db, fmt)
     render_ingest(stderr(), report)
     con = store.connect(db)

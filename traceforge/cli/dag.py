@@ -8,33 +8,9 @@ import click
 
 from traceforge import store
 from traceforge.analysis.dag import AmbiguousTraceId, find_trace_id, trace_schedule
-from traceforge.analysis.effects import MODES, ConfigError, DepsConfig, load_config
 from traceforge.cli import cli
-from traceforge.cli.options import db_option, json_option, stdout
+from traceforge.cli.options import config_from, config_option, db_option, json_option, mode_option, stdout
 from traceforge.report.dag_view import render_dot, render_mermaid, render_text, schedule_json
-
-mode_option = click.option(
-    "--mode",
-    type=click.Choice(MODES),
-    default="conservative",
-    show_default=True,
-    help="conservative: every edge, unknown tools are barriers (claims you can train on); "
-    "loose: only confident edges (the most a parallel model could save).",
-)
-config_option = click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Tool effects and latency defaults (default: ./traceforge.toml when it exists).",
-)
-
-
-def config_from(path: str | None) -> DepsConfig:
-    try:
-        return load_config(path)
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from exc
 
 
 @cli.command()

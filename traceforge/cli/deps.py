@@ -10,8 +10,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from traceforge import store
 from traceforge.analysis.dag import analyze_dependencies
 from traceforge.cli import cli
-from traceforge.cli.dag import config_from, config_option, mode_option
-from traceforge.cli.options import db_option, json_option, stderr, stdout
+from traceforge.cli.options import (
+    config_from,
+    config_option,
+    db_option,
+    json_option,
+    mode_option,
+    stderr,
+    stdout,
+)
 from traceforge.report.dag_view import render_summary
 
 

@@ -6,6 +6,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from traceforge.analysis.effects import MODES, ConfigError, DepsConfig, load_config
 from traceforge.ingest import ProgressCallback, detect
 from traceforge.store import DEFAULT_DB
 
@@ -29,6 +30,38 @@ strict_option = click.option(
     "--strict",
     is_flag=True,
     help="Exit 1 if any record or file is rejected.",
+)
+
+
+mode_option = click.option(
+    "--mode",
+    type=click.Choice(MODES),
+    default="conservative",
+    show_default=True,
+    help="conservative: every edge, unknown tools are barriers (claims you can train on); "
+    "loose: only confident edges (the most a parallel model could save).",
+)
+config_option = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Tool effects and latency defaults (default: ./traceforge.toml when it exists).",
+)
+
+
+def config_from(path: str | None) -> DepsConfig:
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+workload_key_option = click.option(
+    "--workload-key",
+    default=None,
+    help="Group traces by: workload (default: the source's name, else a fingerprint of system "
+    "prompt and tools), agent, model, source_format, fingerprint, or attributes.PATH.",
 )
 
 

@@ -15,7 +15,7 @@ from traceforge.analysis.deployment import (
 from traceforge.analysis.prefix_cache import BLOCK_SIZE
 from traceforge.analysis.workloads import WorkloadKeyError
 from traceforge.cli import cli
-from traceforge.cli.options import db_option, json_option, stderr, stdout
+from traceforge.cli.options import db_option, json_option, stderr, stdout, workload_key_option
 from traceforge.export.profile import build_profile, write_profile
 from traceforge.pricing import PriceFileError, load_prices
 from traceforge.report.profile import render_profile
@@ -30,12 +30,7 @@ from traceforge.report.profile import render_profile
     type=click.Path(file_okay=False),
     help="Folder for profile.json and replay.jsonl.",
 )
-@click.option(
-    "--workload-key",
-    default=None,
-    help="Group traces by: workload (default: the source's name, else a fingerprint of system prompt "
-    "and tools), agent, model, source_format, fingerprint, or attributes.PATH.",
-)
+@workload_key_option
 @click.option(
     "--gpu-profile",
     default=None,
