@@ -150,7 +150,8 @@ def render(results: list[dict[str, Any]]) -> str:
     for result in results:
         lines += [
             "",
-            f"{result['mode']} mode, by planted structure (pairs whose later call is in the block):",
+            f"{result['mode']} mode, by planted structure "
+            "(pairs whose later call is in the block; traces holding it):",
             "block         traces  precision  recall  exact min turns  false independence",
             "------------  ------  ---------  ------  ---------------  ------------------",
         ]

@@ -129,6 +129,7 @@ def tool_defs(request: dict[str, Any]) -> list[ToolDef]:
                     name=str(tool["name"]),
                     description=as_str(tool.get("description")),
                     parameters=tool.get("input_schema"),
+                    annotations=tool.get("annotations"),
                 )
             )
     return defs

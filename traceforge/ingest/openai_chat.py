@@ -101,6 +101,7 @@ def tool_defs(request: dict[str, Any]) -> list[ToolDef]:
                     name=str(function["name"]),
                     description=as_str(function.get("description")),
                     parameters=function.get("parameters"),
+                    annotations=function.get("annotations") or tool.get("annotations"),
                 )
             )
     for function in as_list(request.get("functions")):
