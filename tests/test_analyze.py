@@ -177,3 +177,24 @@ def test_every_query_file_runs_in_the_duckdb_shell(analysed):
         assert run.returncode == 0 and "Error" not in run.stderr, f"{path.name}: {run.stderr}"
         header = run.stdout.splitlines()[0] if run.stdout else ""
         assert re.match(r"^[\w\",]+$", header), f"{path.name} printed no result header: {run.stdout[:200]}"
+
+
+def test_a_price_file_prices_models_the_shipped_table_lacks(runner, tmp_path):
+    loop = OpenAILoop("You are an agent.", "hello", model="acme-llm-7b", workload="acme")
+    loop.call(content="hi", prompt_tokens=1_000_000, completion_tokens=500_000)
+    write_jsonl(tmp_path / "logs" / "acme.jsonl", loop.records)
+    args = ["analyze", str(tmp_path / "logs"), "--db", str(tmp_path / "s.duckdb"), "--json"]
+    unpriced = json.loads(runner.invoke(cli, [*args, "--out", str(tmp_path / "a")]).stdout)
+    assert [m["model"] for m in unpriced["spend"]["unpriced_models"]] == ["acme-llm-7b"]
+    prices = tmp_path / "prices.toml"
+    prices.write_text(
+        '[acme]\nsource = "contract"\nas_of = "2026-12-01"\n\n[acme.models]\n'
+        '"acme-llm-7b" = { input = 2.0, cached_input = 1.0, output = 4.0 }\n'
+    )
+    priced = json.loads(
+        runner.invoke(cli, [*args, "--out", str(tmp_path / "b"), "--prices", str(prices)]).stdout
+    )
+    assert priced["spend"]["unpriced_models"] == []
+    assert priced["spend"]["totals"]["cost_usd"] == pytest.approx(1.0 * 2.0 + 0.5 * 4.0)
+    bad = runner.invoke(cli, [*args, "--out", str(tmp_path / "c"), "--prices", str(tmp_path / "absent.toml")])
+    assert bad.exit_code == 2

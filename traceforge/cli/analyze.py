@@ -15,6 +15,8 @@ from traceforge.cli.options import (
     format_option,
     json_option,
     mode_option,
+    prices_from,
+    prices_option,
     stderr,
     stdout,
     strict_option,
@@ -37,10 +39,11 @@ from traceforge.report.terminal import render_ingest, render_report
 @workload_key_option
 @mode_option
 @config_option
+@prices_option
 @format_option
 @strict_option
 @json_option
-def analyze(paths, db, out, workload_key, mode, config_path, fmt, strict, as_json):
+def analyze(paths, db, out, workload_key, mode, config_path, prices, fmt, strict, as_json):
     """The main job: ingest PATHS (incrementally), analyse, report, write outputs.
 
     Answers where spend goes, what parallel tool calls would save, what
@@ -56,6 +59,7 @@ def analyze(paths, db, out, workload_key, mode, config_path, fmt, strict, as_jso
       traceforge analyze logs/ --json > summary.json
     """
     deps_config = config_from(config_path)
+    price_table = prices_from(prices)
     report = run_ingest(paths, db, fmt)
     render_ingest(stderr(), report)
     con = store.connect(db)
@@ -72,6 +76,7 @@ def analyze(paths, db, out, workload_key, mode, config_path, fmt, strict, as_jso
                     workload_key=workload_key,
                     mode=mode,
                     deps_config=deps_config,
+                    prices=price_table,
                     store_path=str(db),
                     on_step=lambda step: status.update(step),
                 )

@@ -8,6 +8,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from traceforge.analysis.effects import MODES, ConfigError, DepsConfig, load_config
 from traceforge.ingest import ProgressCallback, detect
+from traceforge.pricing import PriceFileError, PriceTable, load_prices
 from traceforge.store import DEFAULT_DB
 
 db_option = click.option(
@@ -63,6 +64,20 @@ workload_key_option = click.option(
     help="Group traces by: workload (default: the source's name, else a fingerprint of system "
     "prompt and tools), agent, model, source_format, fingerprint, or attributes.PATH.",
 )
+
+
+prices_option = click.option(
+    "--prices",
+    type=click.Path(exists=True, dir_okay=False),
+    help="A TOML price file adding to or overriding the shipped prices (same format).",
+)
+
+
+def prices_from(path: str | None) -> PriceTable:
+    try:
+        return load_prices(path)
+    except PriceFileError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 def stdout() -> Console:

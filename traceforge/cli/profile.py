@@ -15,7 +15,7 @@ from traceforge.analysis.deployment import (
 from traceforge.analysis.prefix_cache import BLOCK_SIZE
 from traceforge.analysis.workloads import WorkloadKeyError
 from traceforge.cli import cli
-from traceforge.cli.options import db_option, json_option, stderr, stdout, workload_key_option
+from traceforge.cli.options import db_option, json_option, prices_option, stderr, stdout, workload_key_option
 from traceforge.export.profile import build_profile, write_profile
 from traceforge.pricing import PriceFileError, load_prices
 from traceforge.report.profile import render_profile
@@ -58,11 +58,7 @@ from traceforge.report.profile import render_profile
     show_default=True,
     help="Inter-token latency target.",
 )
-@click.option(
-    "--prices",
-    type=click.Path(exists=True, dir_okay=False),
-    help="A TOML price file adding to or overriding the shipped prices (same format).",
-)
+@prices_option
 @click.option(
     "--block-size",
     type=click.IntRange(min=1),

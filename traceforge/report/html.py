@@ -14,6 +14,7 @@ from typing import Any
 
 from traceforge.export.profile import Profile
 from traceforge.report.svg import bar_chart, dag_diagram, esc, line_chart, stacked_bar_chart
+from traceforge.report.terminal import unpriced_text
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'none'"
 CDF_POINTS = 120
@@ -174,8 +175,7 @@ def _spend(summary: dict[str, Any]) -> str:
     )
     unpriced = spend.get("unpriced_models") or []
     note = (
-        "<p>Models without a price (their calls are not in the cost): "
-        f"{esc(', '.join(map(str, unpriced)))}.</p>"
+        f"<p>Models without a price (their calls are not in the cost): {esc(unpriced_text(unpriced))}.</p>"
         if unpriced
         else ""
     )

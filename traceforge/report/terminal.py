@@ -195,9 +195,14 @@ def _render_spend(console: Console, spend: dict[str, Any]) -> None:
         )
     if spend.get("unpriced_models"):
         console.print(
-            f"[yellow]No price for:[/] {', '.join(map(str, spend['unpriced_models']))} "
-            "(pass --prices FILE; their calls are left out of the cost)."
+            f"[yellow]No price for:[/] {unpriced_text(spend['unpriced_models'])} (pass --prices FILE; "
+            "their calls are left out of the cost)."
         )
+
+
+def unpriced_text(models: list[dict[str, Any]]) -> str:
+    """'gpt-4-0613 (4 calls), (no model) (28 calls)': the models the price table lacks."""
+    return ", ".join(f"{m['model']} ({plural(m['calls'], 'call')})" for m in models)
 
 
 def _render_parallel(console: Console, parallel: dict[str, Any]) -> None:
