@@ -86,6 +86,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "name": pl.Utf8,
         "description": pl.Utf8,
         "parameters": pl.Utf8,
+        "annotations": pl.Utf8,
     },
     "rejects": {
         "source_path": pl.Utf8,
@@ -395,4 +396,5 @@ def _add_trace(rows: Rows, path: str, trace: Trace, ids: _Ids, by_source_id: dic
             name=definition.name,
             description=clean_text(definition.description),
             parameters=to_json(definition.parameters),
+            annotations=to_json(definition.annotations),
         )
