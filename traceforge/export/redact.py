@@ -328,8 +328,9 @@ def redact(conversation: Conversation) -> tuple[Conversation, Counter]:
     """The conversation with secrets and personal data replaced, and the occurrences per kind.
 
     Searched: message text and reasoning, tool call arguments (values, not keys), tool results,
-    and the tool definitions' descriptions and parameter schemas. Roles, ids and tool names are
-    structure, left as they are.
+    the tool definitions' descriptions and parameter schemas, and the trace id and workload name
+    that rows publish (a gateway may key sessions by the user's email). Roles, tool call ids and
+    tool names are structure, left as they are.
 
     >>> from traceforge.export.source import Conversation, message
     >>> said = [message("user", "I am bob@example.com"), message("assistant", "Hi bob@example.com")]
@@ -347,6 +348,8 @@ def redact(conversation: Conversation) -> tuple[Conversation, Counter]:
     for tool in conversation.tools:
         redactor.learn(tool["function"].get("description"))
         redactor.learn(tool["function"].get("parameters"))
+    redactor.learn(conversation.trace_id)
+    redactor.learn(conversation.workload)
     if not redactor.placeholders:
         return conversation, Counter()
     messages = []
@@ -375,4 +378,7 @@ def redact(conversation: Conversation) -> tuple[Conversation, Counter]:
         tools.append({**tool, "function": function})
     redacted = conversation.with_messages(messages)
     redacted.tools = tools
+    redacted.published_trace_id = redactor.apply(conversation.trace_id)
+    if conversation.workload is not None:
+        redacted.published_workload = redactor.apply(conversation.workload)
     return redacted, redactor.counts

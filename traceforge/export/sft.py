@@ -46,8 +46,8 @@ FEATURES = Features({"messages": MESSAGES, "tools": TOOLS, **METADATA, "num_tool
 
 def metadata(conversation: Conversation) -> dict[str, Any]:
     return {
-        "trace_id": conversation.trace_id,
-        "workload": conversation.workload,
+        "trace_id": conversation.published_trace_id or conversation.trace_id,
+        "workload": conversation.published_workload or conversation.workload,
         "model": conversation.model,
         "outcome": conversation.outcome,
     }

@@ -44,6 +44,10 @@ class Conversation:
     removed_user_calls: list[str] = field(default_factory=list)  # the user's own tool calls, removed
     peak_tokens: int | None = None  # largest input + output of one LLM call, where usage was reported
     problem: str | None = None  # why it cannot be a training example, if it cannot
+    # The trace id and workload as published in rows, where redaction changed them (a session id
+    # that is an email address); `trace_id` itself stays the store's key.
+    published_trace_id: str | None = None
+    published_workload: str | None = None
 
     def with_messages(self, messages: list[dict[str, Any]]) -> Conversation:
         return replace(self, messages=messages)
