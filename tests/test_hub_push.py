@@ -174,3 +174,16 @@ def test_a_failed_push_keeps_the_export(runner, hub, db, tmp_path):
     assert f"the export is in {out}, but the push failed: no Hugging Face token" in result.output
     assert "sft: 8 traces matched" in result.output  # the export's report came first
     assert list((out / "sft").glob("*.parquet")) and hub.repos == {}
+
+
+def test_an_unredacted_export_is_not_pushed_unless_allowed_again(runner, hub, db, tmp_path):
+    out = tmp_path / "raw"
+    made = runner.invoke(cli, ["export", "sft", "--db", str(db), "--out", str(out), "--no-redact"])
+    assert made.exit_code == 0, made.output
+    refused = runner.invoke(cli, ["push", str(out), "org/raw", "--token", TOKEN])
+    assert refused.exit_code == 1
+    assert "--no-redact" in refused.output and "--allow-unredacted" in refused.output
+    assert "dataset:org/raw" not in hub.repos  # nothing created, nothing uploaded
+    allowed = runner.invoke(cli, ["push", str(out), "org/raw", "--token", TOKEN, "--allow-unredacted"])
+    assert allowed.exit_code == 0, allowed.output
+    assert hub.repos["dataset:org/raw"].private is True

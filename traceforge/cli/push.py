@@ -20,13 +20,19 @@ from traceforge.cli.options import json_option, stdout
 )
 @click.option("--token", help="Hugging Face token with write access (default: HF_TOKEN or `hf auth login`).")
 @click.option("-m", "--message", help="Commit message.")
+@click.option(
+    "--allow-unredacted",
+    is_flag=True,
+    help="Push configs exported with --no-redact (refused otherwise).",
+)
 @json_option
-def push(folder, repo_id, private, token, message, as_json):
+def push(folder, repo_id, private, token, message, allow_unredacted, as_json):
     """Publish an export folder to the Hugging Face Hub as a dataset, private by default.
 
     Uploads the parquet shards (or OpenAI files), README.md card and manifest in one
     commit, removing shards of the folder's configs that the folder no longer has.
-    Refuses to push into an existing public repo unless --public is given.
+    Refuses to push into an existing public repo unless --public is given,
+    and refuses an export made with --no-redact unless --allow-unredacted is.
     HF_ENDPOINT selects another Hub endpoint.
 
     \b
@@ -37,7 +43,14 @@ def push(folder, repo_id, private, token, message, as_json):
     from traceforge.export.hub import HubError, push_folder
 
     try:
-        result = push_folder(Path(folder), repo_id, private=private, token=token, commit_message=message)
+        result = push_folder(
+            Path(folder),
+            repo_id,
+            private=private,
+            token=token,
+            commit_message=message,
+            allow_unredacted=allow_unredacted,
+        )
     except HubError as exc:
         raise click.ClickException(str(exc)) from exc
     if as_json:

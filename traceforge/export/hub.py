@@ -50,11 +50,13 @@ def push_folder(
     private: bool = True,
     token: str | None = None,
     commit_message: str | None = None,
+    allow_unredacted: bool = False,
 ) -> PushResult:
     """Push an export folder as the dataset `repo_id`; raise HubError with what to do on failure.
 
     A repo that already exists keeps its visibility; pushing private data into an existing public
-    repo is refused unless `private` is False.
+    repo is refused unless `private` is False. A config exported with `--no-redact` is refused unless
+    `allow_unredacted`: saying it once at export time is not saying it for the Hub.
     """
     manifest = read_manifest(folder)
     configs = [c for c, entry in manifest["configs"].items() if entry.get("files")]
@@ -62,6 +64,15 @@ def push_folder(
         raise HubError(
             f"{folder} holds no traceforge export with rows; "
             f"write one with `traceforge export sft --out {folder}`"
+        )
+    unredacted = [
+        c for c in configs if not (manifest["configs"][c].get("redaction") or {}).get("enabled", False)
+    ]
+    if unredacted and not allow_unredacted:
+        raise HubError(
+            f"{', '.join(unredacted)} in {folder} was exported with --no-redact: secrets and personal "
+            "data in the traces would be published. Export again without --no-redact, or pass "
+            "--allow-unredacted if you have checked the data."
         )
     token = token or get_token()
     if not token:
