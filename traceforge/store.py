@@ -7,6 +7,7 @@ Never edit a migration that has shipped: append a new one.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -343,16 +344,39 @@ MIGRATIONS: list[Migration] = [
 SCHEMA_VERSION = max(m.version for m in MIGRATIONS)
 
 
-def connect(path: str | Path = DEFAULT_DB, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+# DuckDB settings a user can give every command through the environment, for stores larger than
+# memory: `TRACEFORGE_MEMORY_LIMIT=4GB` caps DuckDB's memory (its buffer cache holds what was
+# written, up to 80% of RAM by default), `TRACEFORGE_TEMP_DIRECTORY=/big/disk/tmp` is where it
+# spills what does not fit, `TRACEFORGE_THREADS=2` bounds its threads.
+SETTINGS_FROM_ENV = {
+    "memory_limit": "TRACEFORGE_MEMORY_LIMIT",
+    "temp_directory": "TRACEFORGE_TEMP_DIRECTORY",
+    "threads": "TRACEFORGE_THREADS",
+}
+
+
+def settings_from_env() -> dict[str, str]:
+    """The DuckDB settings named in the environment (see SETTINGS_FROM_ENV)."""
+    return {key: os.environ[name] for key, name in SETTINGS_FROM_ENV.items() if os.environ.get(name)}
+
+
+def connect(
+    path: str | Path = DEFAULT_DB, *, read_only: bool = False, settings: dict[str, str] | None = None
+) -> duckdb.DuckDBPyConnection:
     """Open (creating if needed) the store at `path`, upgraded to the current schema.
 
+    `settings` are DuckDB settings (`memory_limit`, `temp_directory`, `threads`...) for this
+    connection, over those named in the environment (`settings_from_env`).
+
     Raises StoreError with what to do when the file is held by another process, is not a DuckDB
-    database, or was written by a newer traceforge.
+    database, was written by a newer traceforge, or a setting is not valid.
     """
     path = Path(path)
     if read_only and not path.exists():
         raise StoreError(f"{path}: no such store. Run `traceforge ingest` or `analyze` first.")
     config = {} if path.exists() else {"storage_compatibility_version": SHELL_STORAGE_VERSION}
+    chosen = {**settings_from_env(), **(settings or {})}
+    config.update(chosen)
     try:
         con = duckdb.connect(str(path), read_only=read_only, config=config)
     except duckdb.IOException as exc:
@@ -364,6 +388,12 @@ def connect(path: str | Path = DEFAULT_DB, *, read_only: bool = False) -> duckdb
             ) from exc
         raise StoreError(f"{path}: cannot open as a DuckDB store: {message}") from exc
     except duckdb.Error as exc:
+        if chosen:
+            named = ", ".join(f"{key}={value!r}" for key, value in chosen.items())
+            raise StoreError(
+                f"{path}: cannot open with the DuckDB settings {named}: {exc}. Fix or unset them "
+                f"(environment: {', '.join(SETTINGS_FROM_ENV.values())})"
+            ) from exc
         raise StoreError(f"{path}: cannot open as a DuckDB store: {exc}") from exc
     if not read_only:
         migrate(con)

@@ -97,7 +97,9 @@ STOPWORDS = word_set(
 # grep line `src/app.py:12:def main` holds the path `src/app.py`.
 _TOKEN = re.compile(r"[a-z][a-z0-9+.\-]*://[^\s\"'<>(){}\[\]`]*[\w/]|\w(?:[\w\-./@]*\w)?")
 _PATH_LIKE = re.compile(r"[\w\-.]+/[\w\-./]+|[\w\-]+\.[a-z][a-z0-9]{0,4}")
-_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+# Both start with their literal (the comma, the dot) so the regex engine can scan for it fast.
+_THOUSANDS = re.compile(r",(?<=\d,)(?=\d{3}(?!\d))")
+_HAS_DECIMAL = re.compile(r"\.(?<=\d\.)(?=\d)")
 _DECIMAL = re.compile(r"\d+\.\d+")
 _INTEGER = re.compile(r"\d+")
 _ARITHMETIC = re.compile(r"\d\s*[*/^+]\s*[\d(]|\d\s+-\s+[\d(]")
@@ -126,7 +128,11 @@ def tokens(text: str) -> list[str]:
     >>> tokens("src/app.py:12:def main  https://x.dev/a?b=1")
     ['src/app.py', '12', 'def', 'main', 'https://x.dev/a?b=1']
     """
-    return [canonical(t) for t in _TOKEN.findall(_THOUSANDS.sub("", text).casefold())]
+    folded = _THOUSANDS.sub("", text).casefold()
+    found = _TOKEN.findall(folded)
+    if not _HAS_DECIMAL.search(folded):
+        return found  # no decimal number in the text: every token is already canonical
+    return [canonical(t) if "." in t else t for t in found]
 
 
 def _is_number(token: str) -> bool:

@@ -92,9 +92,15 @@ def assign_workloads(con: duckdb.DuckDBPyConnection, workload_key: str | None = 
         ).fetchall()
     elif key.startswith("attributes.") and len(key) > len("attributes."):
         path = "$." + key[len("attributes.") :]
-        pairs = con.execute(
-            "SELECT trace_id, json_extract_string(attributes, ?) FROM traces", [path]
-        ).fetchall()
+        try:
+            pairs = con.execute(
+                "SELECT trace_id, json_extract_string(attributes, ?) FROM traces", [path]
+            ).fetchall()
+        except duckdb.Error as exc:  # DuckDB's JSON path parser refused it
+            raise WorkloadKeyError(
+                f"{key!r} is not a path into the traces' attributes ({exc}); "
+                'write attributes.KEY or attributes.KEY.SUBKEY, quoting odd keys: attributes."a b"'
+            ) from exc
     else:
         raise WorkloadKeyError(
             f"unknown workload key {key!r}: use one of {', '.join(WORKLOAD_KEYS)}, "
@@ -299,9 +305,10 @@ def _write_workloads(con: duckdb.DuckDBPyConnection, key: str) -> None:
                    coalesce(sum(share) OVER (ORDER BY rank ROWS BETWEEN UNBOUNDED PRECEDING
                                                          AND 1 PRECEDING), 0) < {HEAD_SHARE} - 1e-12
                        AND share IS NOT NULL AS in_top_80,
-                   '{key.replace("'", "''")}' AS workload_key
+                   ?::VARCHAR AS workload_key
             FROM ranked
-            """
+            """,
+            [key],
         )
         con.execute("COMMIT")
     except BaseException:

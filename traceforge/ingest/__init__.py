@@ -14,19 +14,24 @@ or another) is not read again; a file whose bytes changed replaces what it gave 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 import duckdb
 
-from traceforge.ingest import detect
-from traceforge.ingest.sources import SourceError, expand_paths, load, read_records, sha256_file
-from traceforge.ingest.writer import ParsedFile, write
+from traceforge.ingest import detect, parallel, writer
+from traceforge.ingest.sources import SourceError, expand_paths, sha256_file
+from traceforge.ingest.stream import ContentError, open_records
+from traceforge.ingest.writer import ParsedFile
 from traceforge.model import ParseResult, Reject
 
-# Files are written together until a batch holds about this many rows.
+# Files are written together until a batch holds about this many rows, or this many bytes of rows
+# (a batch is held in memory until it is written).
 BATCH_ROWS = 50_000
+BATCH_BYTES = 256 << 20
 RAW_SAMPLE_CHARS = 65_536
 
 
@@ -66,56 +71,102 @@ def ingest_paths(
     paths: list[str | Path],
     fmt: str = "auto",
     on_file: ProgressCallback | None = None,
+    workers: int | None = None,
 ) -> IngestReport:
     """Ingest files, folders and globs into the store behind `con`.
 
     `fmt` forces an adapter by name (see `traceforge.ingest.detect.formats()`); "auto" detects it
-    per file. `on_file(path, index, total)` is called before each file, for progress display.
+    per file. `on_file(path, index, total)` is called as each file is taken up, for progress display.
+    `workers` processes parse files while this one writes (`traceforge.ingest.parallel`); by default
+    one per CPU when the files hold more than `parallel.PARALLEL_MIN_BYTES`, else files are parsed
+    here. The store ends up the same either way.
     """
-    adapter = None if fmt == "auto" else detect.by_name(fmt)
+    adapter = _resolve_adapter(fmt)
     files, problems = expand_paths(paths)
     report = IngestReport(problems=problems)
     known = {path: sha for path, sha in con.execute("SELECT path, sha256 FROM sources").fetchall()}
     by_sha = {}
     for path, sha in known.items():
         by_sha.setdefault(sha, path)
-    batch: list[ParsedFile] = []
+    replaces = {str(path) for path in files if str(path) in known}
+    count = _worker_count(workers, files)
+    if count > 1:
+        outcomes = parallel.parse_in_pool(files, fmt, dict(known), count)
+    else:
+        outcomes = (_outcome_here(path, known, by_sha, adapter) for path in files)
+    batch: list[parallel.Prepared | ParsedFile] = []
     batch_reports: list[FileReport] = []
-    batch_rows = 0
-    for index, path in enumerate(files):
+    batch_rows = batch_bytes = 0
+
+    def reparse(path: str, sha: str) -> ParsedFile:
+        return _parse_file(Path(path), sha, adapter)
+
+    for index, (path, outcome) in enumerate(zip(files, outcomes, strict=True)):
         if on_file:
             on_file(path, index, len(files))
         key = str(path)
-        try:
-            sha = sha256_file(path)
-        except OSError as exc:
-            report.files.append(FileReport(key, "failed", message=f"cannot read the file: {exc}"))
+        sha = outcome.sha256
+        if sha is None:
+            report.files.append(FileReport(key, "failed", message=outcome.message))
             continue
         if known.get(key) == sha:
             report.files.append(FileReport(key, "unchanged"))
             continue
+        item: parallel.Prepared | ParsedFile
         if sha in by_sha and by_sha[sha] != key:
-            parsed = ParsedFile(
-                key, sha, path.stat().st_size, None, duplicate_of=by_sha[sha], replaces=key in known
-            )
+            item = ParsedFile(key, sha, _size(path), None, duplicate_of=by_sha[sha], replaces=key in known)
             file_report = FileReport(key, "duplicate", message=f"same content as {by_sha[sha]}")
+            rows = size = 0
+        elif outcome.prepared is not None:
+            item = outcome.prepared
+            file_report = item.report
+            rows, size = item.rows, item.bytes
         else:
-            parsed = _parse_file(path, sha, adapter)
-            parsed.replaces = key in known
-            file_report = _file_report(parsed)
+            item = outcome.parsed
+            file_report = _file_report(item)
+            rows, size = _row_estimate(item.result), item.size
         by_sha.setdefault(sha, key)
         known[key] = sha
-        batch.append(parsed)
+        batch.append(item)
         batch_reports.append(file_report)
-        batch_rows += _row_estimate(parsed.result)
-        if batch_rows >= BATCH_ROWS:
-            write(con, batch)
+        batch_rows += rows
+        batch_bytes += size
+        if batch_rows >= BATCH_ROWS or batch_bytes >= BATCH_BYTES:
+            parallel.write_batch(con, batch, replaces, reparse)
             report.files.extend(batch_reports)
-            batch, batch_reports, batch_rows = [], [], 0
+            batch, batch_reports, batch_rows, batch_bytes = [], [], 0, 0
     if batch:
-        write(con, batch)
+        parallel.write_batch(con, batch, replaces, reparse)
         report.files.extend(batch_reports)
     return report
+
+
+def _resolve_adapter(fmt: str) -> ModuleType | None:
+    return None if fmt == "auto" else detect.by_name(fmt)
+
+
+def _worker_count(workers: int | None, files: list[Path]) -> int:
+    if workers is not None:
+        return max(1, min(workers, len(files)))
+    if len(files) < 2 or sum(_size(path) for path in files) < parallel.PARALLEL_MIN_BYTES:
+        return 1
+    return max(1, min(parallel.default_workers(), len(files)))
+
+
+def _outcome_here(
+    path: Path, known: dict[str, str], by_sha: dict[str, str], adapter: ModuleType | None
+) -> parallel.Outcome:
+    """A file's outcome in this process: parsed unless unchanged or a duplicate."""
+    key = str(path)
+    try:
+        sha = sha256_file(path)
+    except OSError as exc:
+        return parallel.Outcome(key, None, "unreadable", message=f"cannot read the file: {exc}")
+    if known.get(key) == sha or (sha in by_sha and by_sha[sha] != key):
+        return parallel.Outcome(key, sha, "skipped")
+    parsed = _parse_file(path, sha, adapter)
+    parsed.replaces = key in known
+    return parallel.Outcome(key, sha, "parsed", parsed=parsed)
 
 
 def _row_estimate(result: ParseResult) -> int:
@@ -124,36 +175,39 @@ def _row_estimate(result: ParseResult) -> int:
     )
 
 
-def _parse_file(path: Path, sha: str, adapter) -> ParsedFile:
+def _parse_file(path: Path, sha: str, adapter: ModuleType | None) -> ParsedFile:
+    """Read and parse one file; big JSON Lines files are streamed (`traceforge.ingest.stream`)."""
     key = str(path)
-    try:
-        source = load(path, sha)
-    except SourceError as exc:
-        return ParsedFile(key, sha, _size(path), None, error=str(exc))
-    parsed = ParsedFile(key, sha, source.size, None)
     rejects: list[Reject] = []
     try:
-        records = list(read_records(source, rejects))
+        opened = open_records(path, rejects, sha)
     except SourceError as exc:
-        parsed.error = str(exc)
-        parsed.raw_sample = _sample(source.data)
+        parsed = ParsedFile(key, sha, _size(path), None, error=str(exc))
+        if isinstance(exc, ContentError):
+            parsed.raw_sample = _sample(exc.head)
         return parsed
-    chosen = adapter or detect.detect(records[: detect.SAMPLE_SIZE])
-    if chosen is None:
-        if not records and not rejects:
-            parsed.error = "empty file: no records"
-        elif not records:
-            parsed.error = "no record in the file could be read as JSON"
-        else:
-            parsed.error = (
-                "not a recognised trace format (known: " + ", ".join(detect.formats()) + "); "
-                "pass --format NAME if you know which it is"
-            )
-            parsed.raw_sample = _sample(source.data)
-        parsed.result = ParseResult(rejects=rejects, records=len(records) + len(rejects))
-        return parsed
-    parsed.format = chosen.FORMAT
-    result = chosen.parse(records, key)
+    parsed = ParsedFile(key, sha, opened.size, None)
+    try:
+        sample = list(itertools.islice(opened.records, detect.SAMPLE_SIZE))
+        chosen = adapter or detect.detect(sample)
+        if chosen is None or not sample:  # a forced format does not make an empty file a trace file
+            count = len(sample) + sum(1 for _ in opened.records)
+            if not count and not rejects:
+                parsed.error = "empty file: no records"
+            elif not count:
+                parsed.error = "no record in the file could be read as JSON"
+            else:
+                parsed.error = (
+                    "not a recognised trace format (known: " + ", ".join(detect.formats()) + "); "
+                    "pass --format NAME if you know which it is"
+                )
+                parsed.raw_sample = _sample(opened.head)
+            parsed.result = ParseResult(rejects=rejects, records=count + len(rejects))
+            return parsed
+        parsed.format = chosen.FORMAT
+        result = chosen.parse(itertools.chain(sample, opened.records), key)
+    except SourceError as exc:  # a streamed file whose gzip data breaks off after its start
+        return ParsedFile(key, sha, opened.size, None, error=str(exc))
     result.rejects[:0] = rejects
     result.records += len(rejects)
     parsed.result = result
@@ -177,7 +231,7 @@ def _file_report(parsed: ParsedFile) -> FileReport:
         path=parsed.path,
         status="failed" if parsed.error else ("changed" if parsed.replaces else "new"),
         format=parsed.format,
-        records=result.records,
+        records=writer.counts(parsed)[0],
         traces=len(result.traces),
         llm_calls=sum(len(t.llm_calls) for t in result.traces),
         tool_calls=sum(len(t.tool_calls) for t in result.traces),

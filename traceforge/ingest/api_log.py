@@ -11,10 +11,11 @@ conversation / session / trace id where they carry one, and by prefix chaining
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import timedelta
 from types import ModuleType
 from typing import Any
 
@@ -22,6 +23,7 @@ from traceforge.ingest import grouping, transcript
 from traceforge.ingest.conversation import assemble, default_workload
 from traceforge.ingest.sources import Record
 from traceforge.ingest.values import (
+    add_ms,
     as_float,
     as_id,
     as_str,
@@ -67,6 +69,7 @@ START_PATHS = ("start_time", "startTime", "started_at", "request_time", "timesta
 END_PATHS = ("end_time", "endTime", "ended_at", "completed_at", "response_time")
 FIRST_TOKEN_PATHS = ("completion_start_time", "completionStartTime", "first_token_time")
 COST_PATHS = ("cost_usd", "response_cost", "cost", "total_cost", "metadata.cost_usd")
+LOG_SAMPLE = 50  # records looked at to tell a per-request log from transcripts
 
 
 def unwrap(value: Any) -> tuple[dict | None, dict | None, dict]:
@@ -94,7 +97,7 @@ def unwrap(value: Any) -> tuple[dict | None, dict | None, dict]:
 def is_log(records: list[Record]) -> bool:
     """Per-request log records (rather than transcripts): a request beside a response, or a request
     wrapped under `request` / `body` (a logged call that failed before any response)."""
-    return any(is_log_record(record.value) for record in records[:50])
+    return any(is_log_record(record.value) for record in records[:LOG_SAMPLE])
 
 
 def is_log_record(value: Any) -> bool:
@@ -103,11 +106,14 @@ def is_log_record(value: Any) -> bool:
 
 
 def parse_or_transcript(records: Iterable[Record], source_path: str, fmt: str) -> ParseResult:
-    """Parse a file of the OpenAI or Anthropic family: per-request logs or transcripts."""
-    records = list(records)
-    if is_log(records):
-        return parse(records, source_path)
-    return transcript.parse(records, source_path, provider_module(fmt))
+    """Parse a file of the OpenAI or Anthropic family: per-request logs or transcripts. Only the
+    first records are looked at to tell which; the rest are read as they come."""
+    records = iter(records)
+    head = list(itertools.islice(records, LOG_SAMPLE))
+    everything = itertools.chain(head, records)
+    if is_log(head):
+        return parse(everything, source_path)
+    return transcript.parse(everything, source_path, provider_module(fmt))
 
 
 def provider_module(fmt: str) -> ModuleType:
@@ -142,21 +148,69 @@ class Exchange:
     agent: str | None
     prefixes: list[bytes] = field(default_factory=list)
     state: bytes = b""
+    # Where the request is converted only if needed (per-request logs): its messages' keys now,
+    # the messages and their error flags from `convert_request()` for a conversation's last request.
+    request_keys: list[str] | None = None
+    convert_request: Callable[[], tuple[list[Message], dict[int, bool]]] | None = None
+
+    def materialize(self) -> None:
+        """Convert a request held back by `convert_request`."""
+        if self.convert_request is not None:
+            self.request, self.errors = self.convert_request()
+            self.convert_request = None
 
 
 def message_key(message: Message) -> str:
     """What identifies a message when a client re-sends it: role, text, calls and result ids.
     Reasoning is left out (clients often strip it when re-sending), and empty content equals none."""
     calls = [[c.get("id"), c.get("name"), c.get("arguments")] for c in message.tool_calls or []]
-    return json.dumps(
-        [message.role, message.content or "", calls, message.tool_call_id],
-        sort_keys=True,
-        ensure_ascii=False,
-        default=str,
-    )
+    return _KEY_ENCODER.encode([message.role, message.content or "", calls, message.tool_call_id])
 
 
-def _exchange(record: Record) -> Exchange | Reject:
+# One encoder for every key (json.dumps with options builds a new one per call).
+_KEY_ENCODER = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _convert(provider: ModuleType, raw_messages: list, system: Any) -> tuple[list[Message], dict[int, bool]]:
+    if provider.FORMAT == "anthropic-messages":
+        return provider.convert_messages(raw_messages, system)
+    return provider.convert_messages(raw_messages)
+
+
+class RequestKeys:
+    """The `message_key`s of a logged request's messages, converting each distinct message once.
+
+    A log re-sends the whole conversation with every call, so the same messages are met again and
+    again; converting a message depends on nothing but the message, so its keys are remembered by
+    a digest of its JSON. (The messages themselves are converted only for the last request of each
+    conversation, the one its trace is built from.)
+    """
+
+    def __init__(self) -> None:
+        self.known: dict[bytes, tuple[str, ...]] = {}
+
+    def of(self, provider: ModuleType, raw_messages: list, system: Any) -> list[str]:
+        keys = [message_key(m) for m in _convert(provider, [], system)[0]] if system else []
+        for raw in raw_messages:
+            if not isinstance(raw, dict):
+                continue
+            try:
+                text = _RAW_ENCODER.encode(raw)
+            except (TypeError, ValueError):
+                keys.extend(message_key(m) for m in _convert(provider, [raw], None)[0])
+                continue
+            digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+            found = self.known.get(digest)
+            if found is None:
+                found = self.known[digest] = tuple(message_key(m) for m in _convert(provider, [raw], None)[0])
+            keys.extend(found)
+        return keys
+
+
+_RAW_ENCODER = json.JSONEncoder(ensure_ascii=False, check_circular=False)
+
+
+def _exchange(record: Record, keys: RequestKeys) -> Exchange | Reject:
     request, response, value = unwrap(record.value)
     if request is None:
         return Reject(record.line, "not an API log record: no request with a `messages` list", record.raw)
@@ -172,21 +226,20 @@ def _exchange(record: Record) -> Exchange | Reject:
             "(`content` blocks)",
             record.raw,
         )
-    if provider.FORMAT == "anthropic-messages":
-        messages, errors = provider.convert_messages(request["messages"], request.get("system"))
-    else:
-        messages, errors = provider.convert_messages(request["messages"])
     call, added = provider.call_from_response(request, response)
     if not added:
         return Reject(record.line, "response has no message (no choices[0].message)", record.raw)
     call.source_line = record.line
     apply_timing(call, value, response)
     key = as_id(first(value, *CONVERSATION_ID_PATHS))
+    raw_messages, system = request["messages"], request.get("system")
     return Exchange(
         line=record.line,
         source_format=provider.FORMAT,
-        request=messages,
-        errors=errors,
+        request=[],
+        errors={},
+        request_keys=keys.of(provider, raw_messages, system),
+        convert_request=lambda: _convert(provider, raw_messages, system),
         response=added,
         call=call,
         tool_defs=provider.tool_defs(request),
@@ -206,7 +259,7 @@ def apply_timing(call: LlmCall, value: dict, response: dict) -> None:
     call.ended_at = parse_time(first(value, *END_PATHS))
     latency = as_float(first(value, "latency_ms", "duration_ms", "metadata.latency_ms"))
     if call.ended_at is None and call.started_at is not None and latency is not None:
-        call.ended_at = call.started_at + timedelta(milliseconds=latency)
+        call.ended_at = add_ms(call.started_at, latency)
     call.duration_ms = duration_ms(call.started_at, call.ended_at) if call.ended_at else latency
     first_token = parse_time(first(value, *FIRST_TOKEN_PATHS))
     call.ttft_ms = (
@@ -221,15 +274,16 @@ def apply_timing(call: LlmCall, value: dict, response: dict) -> None:
 
 def parse(records: Iterable[Record], source_path: str) -> ParseResult:
     result = ParseResult()
-    exchanges: list[Exchange] = []
+    conversations = Conversations()
+    keys = RequestKeys()
     for record in records:
         result.records += 1
-        converted = _exchange(record)
+        converted = _exchange(record, keys)
         if isinstance(converted, Reject):
             result.rejects.append(converted)
             continue
-        exchanges.append(converted)
-    result.traces.extend(build_traces(exchanges))
+        conversations.add(converted)
+    result.traces.extend(conversations.traces())
     return result
 
 
@@ -240,41 +294,100 @@ def build_traces(exchanges: list[Exchange], shape: str = "api-log") -> list[Trac
     continues). Conversations are told apart by the exchanges' `key` (an explicit conversation id)
     and by prefix chaining (`traceforge.ingest.grouping`). An exchange whose response added no message
     (a call that failed) is an LLM call of its conversation without a message of its own. Traces get
-    `attributes["shape"] = shape`.
+    `attributes["shape"] = shape`. The exchanges are consumed: their requests and tool definitions
+    become the traces'.
     """
+    conversations = Conversations(shape)
     for exchange in exchanges:
-        exchange.prefixes = grouping.message_hashes([message_key(m) for m in exchange.request])
-        start = exchange.prefixes[-1] if exchange.prefixes else None
+        conversations.add(exchange)
+    return conversations.traces()
+
+
+class Conversations:
+    """Exchanges grouped into conversations as they come (see `build_traces`), holding per
+    conversation only what its trace needs: each exchange's call and response, the number of
+    messages its request held, the latest exchange's request, and the tool definitions. A log's
+    requests re-send the whole conversation each time, so keeping every request would take memory
+    growing with the square of a conversation's length; this keeps it linear.
+    """
+
+    def __init__(self, shape: str = "api-log") -> None:
+        self.shape = shape
+        self.chainer = grouping.Chainer()
+        self.exchanges: list[list[Exchange]] = []  # per conversation
+        self.request_lengths: list[list[int]] = []
+        self.tool_defs: list[dict[str, ToolDef]] = []
+        self.heads: list[tuple[bytes, int]] = []  # per conversation: its first exchange's state, line
+        self.lines: list[int] = []  # per exchange, in the order added
+
+    def add(self, exchange: Exchange) -> None:
+        keys = exchange.request_keys
+        if keys is None:
+            keys = [message_key(m) for m in exchange.request]
+        exchange.request_keys = None
+        prefixes = grouping.message_hashes(keys)
+        start = prefixes[-1] if prefixes else None
         added = grouping.message_hashes([message_key(m) for m in exchange.response], start=start)
         exchange.state = added[-1] if added else start or grouping.message_hashes([""])[-1]
-    chains = grouping.chain_records(
-        [e.prefixes for e in exchanges], [e.state for e in exchanges], [e.key for e in exchanges]
-    )
-    source_ids: list[str] = []
-    key_counts: dict[str, int] = {}
-    for chain in chains:
-        if chain.key is not None:
-            key_counts[chain.key] = key_counts.get(chain.key, 0) + 1
-            n = key_counts[chain.key]
-            source_ids.append(chain.key if n == 1 else f"{chain.key}/{n}")
-        else:
-            head = exchanges[chain.items[0]]
-            source_ids.append("conv-" + stable_id(head.state.hex(), head.line))
-    traces = []
-    for index, chain in enumerate(chains):
-        trace = _trace(chain, [exchanges[i] for i in chain.items], source_ids[index], shape)
-        if chain.parent is not None:
-            trace.parent_source_id = source_ids[chain.parent]
-            trace.attributes["branched_from_line"] = exchanges[chain.branch_item].line
-        traces.append(trace)
-    return traces
+        exchange.prefixes = []
+        chain = self.chainer.add(prefixes, exchange.state, exchange.key)
+        self.lines.append(exchange.line)
+        if chain == len(self.exchanges):
+            self.exchanges.append([])
+            self.request_lengths.append([])
+            self.tool_defs.append({})
+            self.heads.append((exchange.state, exchange.line))
+        elif self.exchanges[chain]:
+            superseded = self.exchanges[chain][-1]  # the new request holds its request again
+            superseded.request, superseded.convert_request = [], None
+        self.exchanges[chain].append(exchange)
+        self.request_lengths[chain].append(len(keys))
+        for definition in exchange.tool_defs:
+            self.tool_defs[chain][definition.name] = definition
+        exchange.tool_defs = []
+
+    def traces(self) -> list[Trace]:
+        chains = self.chainer.chains
+        source_ids: list[str] = []
+        key_counts: dict[str, int] = {}
+        for index, chain in enumerate(chains):
+            if chain.key is not None:
+                key_counts[chain.key] = key_counts.get(chain.key, 0) + 1
+                n = key_counts[chain.key]
+                source_ids.append(chain.key if n == 1 else f"{chain.key}/{n}")
+            else:
+                state, line = self.heads[index]
+                source_ids.append("conv-" + stable_id(state.hex(), line))
+        traces = []
+        for index, chain in enumerate(chains):
+            self.exchanges[index][-1].materialize()
+            trace = _trace(
+                chain,
+                self.exchanges[index],
+                self.request_lengths[index],
+                list(self.tool_defs[index].values()),
+                source_ids[index],
+                self.shape,
+            )
+            if chain.parent is not None:
+                trace.parent_source_id = source_ids[chain.parent]
+                trace.attributes["branched_from_line"] = self.lines[chain.branch_item]
+            traces.append(trace)
+        return traces
 
 
-def _trace(chain: grouping.Chain, exchanges: list[Exchange], source_id: str, shape: str) -> Trace:
+def _trace(
+    chain: grouping.Chain,
+    exchanges: list[Exchange],
+    request_lengths: list[int],
+    tool_defs: list[ToolDef],
+    source_id: str,
+    shape: str,
+) -> Trace:
     final = exchanges[-1]
     conversation = list(final.request) + list(final.response)
     for k, exchange in enumerate(exchanges):
-        position = len(exchange.request)
+        position = request_lengths[k]
         conversation[position : position + len(exchange.response)] = exchange.response
         if exchange.response:
             conversation[position].call_index = k
@@ -290,11 +403,7 @@ def _trace(chain: grouping.Chain, exchanges: list[Exchange], source_id: str, sha
     if chain.key is not None:
         trace.attributes["conversation_id"] = chain.key
     trace.llm_calls = [e.call for e in exchanges]
-    defs: dict[str, ToolDef] = {}
-    for exchange in exchanges:
-        for definition in exchange.tool_defs:
-            defs[definition.name] = definition
-    trace.tool_defs = list(defs.values())
+    trace.tool_defs = tool_defs
     assemble(trace, conversation, result_errors=final.errors)
     starts = [c.started_at for c in trace.llm_calls if c.started_at]
     ends = [c.ended_at or c.started_at for c in trace.llm_calls if c.ended_at or c.started_at]

@@ -30,7 +30,6 @@ files are compaction side-chains, marked `kind: compaction`.
 from __future__ import annotations
 
 import functools
-import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -41,7 +40,7 @@ from typing import Any
 from traceforge.ingest import anthropic_messages
 from traceforge.ingest.conversation import assemble, default_workload
 from traceforge.ingest.sources import Record, SourceError, load
-from traceforge.ingest.values import as_float, as_id, as_int, as_str, dig, duration_ms, parse_time
+from traceforge.ingest.values import as_float, as_id, as_int, as_str, dig, duration_ms, parse_json, parse_time
 from traceforge.model import LlmCall, Message, ParseResult, Reject, Trace
 
 FORMAT = "claude-code"
@@ -560,7 +559,7 @@ def _links_in_file(path: str, mtime_ns: int, size: int) -> dict[str, dict[str, A
         if b'"agentId"' not in raw:
             continue  # only progress lines and Task results name agents
         try:
-            values.append(json.loads(raw))
+            values.append(parse_json(raw.decode("utf-8")))
         except ValueError:
             continue
     return subagent_links(values)

@@ -15,6 +15,7 @@ import json
 import re
 from typing import Any
 
+from traceforge.ingest.values import parse_json
 from traceforge.model import Message, ToolCall, Trace, stable_id
 
 _ERROR_TEXT = re.compile(
@@ -32,8 +33,8 @@ def looks_like_error(result: str | None) -> bool:
     text = result.lstrip()
     if text.startswith("{"):
         try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
+            value = parse_json(text)
+        except ValueError:
             value = None
         if isinstance(value, dict):
             error = value.get("error")

@@ -39,6 +39,46 @@ def message_hashes(message_keys: list[str], start: bytes | None = None) -> list[
     return hashes
 
 
+class Chainer:
+    """Prefix chaining one record at a time: `add` says which conversation a record joins, keeping
+    only the states seen so far (not the records), so a log can be grouped while it is read."""
+
+    def __init__(self) -> None:
+        self.chains: list[Chain] = []
+        self.chain_of: list[int] = []  # record -> chain
+        self.owner: dict[tuple[str | None, bytes], int] = {}  # (conversation id, state) -> latest record
+        self.continued: set[int] = set()
+
+    def add(self, prefixes: list[bytes], state: bytes, key: str | None) -> int:
+        """Record the next record (its request-prefix hashes, its state after the response, its
+        conversation id) and return the index of the chain it joins (a new one when it starts a
+        conversation or branches off one)."""
+        i = len(self.chain_of)
+        parent_item = None
+        for digest in reversed(prefixes):
+            parent_item = self.owner.get((key, digest))
+            if parent_item is not None:
+                break
+        if parent_item is not None and parent_item not in self.continued:
+            chain = self.chain_of[parent_item]
+            self.chains[chain].items.append(i)
+        else:
+            chain = len(self.chains)
+            self.chains.append(
+                Chain(
+                    items=[i],
+                    key=key,
+                    parent=self.chain_of[parent_item] if parent_item is not None else None,
+                    branch_item=parent_item,
+                )
+            )
+        if parent_item is not None:
+            self.continued.add(parent_item)
+        self.chain_of.append(chain)
+        self.owner[(key, state)] = i
+        return chain
+
+
 def chain_records(
     prefix_hashes: list[list[bytes]], state_hashes: list[bytes], keys: list[str | None]
 ) -> list[Chain]:
@@ -54,31 +94,7 @@ def chain_records(
     >>> [c.items for c in chain_records([a, b], [a_state, b_state], [None, None])]
     [[0, 1]]
     """
-    chains: list[Chain] = []
-    chain_of: dict[int, int] = {}
-    owner: dict[tuple[str | None, bytes], int] = {}  # (conversation id, state) -> latest record
-    continued: set[int] = set()
-    for i, (prefixes, state, key) in enumerate(zip(prefix_hashes, state_hashes, keys, strict=True)):
-        parent_item = None
-        for digest in reversed(prefixes):
-            parent_item = owner.get((key, digest))
-            if parent_item is not None:
-                break
-        if parent_item is not None and parent_item not in continued:
-            chain = chain_of[parent_item]
-            chains[chain].items.append(i)
-        else:
-            chain = len(chains)
-            chains.append(
-                Chain(
-                    items=[i],
-                    key=key,
-                    parent=chain_of[parent_item] if parent_item is not None else None,
-                    branch_item=parent_item,
-                )
-            )
-        if parent_item is not None:
-            continued.add(parent_item)
-        chain_of[i] = chain
-        owner[(key, state)] = i
-    return chains
+    chainer = Chainer()
+    for prefixes, state, key in zip(prefix_hashes, state_hashes, keys, strict=True):
+        chainer.add(prefixes, state, key)
+    return chainer.chains

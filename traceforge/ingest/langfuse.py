@@ -330,6 +330,8 @@ def parse(records: Iterable[Record], source_path: str) -> ParseResult:
         for item, line in _expand(record):
             result.records += 1
             if is_trace(item):
+                if str(item["id"]) in traces:  # exported twice (overlapping pages or files): the last wins
+                    result.skip("duplicate trace record")
                 traces[str(item["id"])] = item
             elif _type_of(item) is not None:
                 trace_id = as_id(_field(item, "traceId", "trace_id"))

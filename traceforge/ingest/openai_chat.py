@@ -188,7 +188,7 @@ def sniff(sample: list[Record]) -> float:
             best = max(best, 0.55)  # a logged chat request whose call failed: the generic reading
             continue
         messages = transcript.find_messages(value)
-        if messages is None and isinstance(value, dict) and value.get("role") in ROLES:
+        if messages is None and isinstance(value, dict) and as_str(value.get("role")) in ROLES:
             messages = [value]
         if messages:
             best = max(best, _transcript_score(messages))

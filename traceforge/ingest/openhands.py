@@ -81,6 +81,7 @@ ACTION_BOOKKEEPING = {
 }
 QUARTER_HOUR = 900.0
 MAX_UTC_OFFSET = 14 * 3600.0
+MAX_LATENCY_S = 86_400.0  # a response latency beyond a day is a broken record, not a measurement
 
 
 def is_event(value: Any) -> bool:
@@ -378,7 +379,7 @@ class _StreamBuilder:
         for latency in latencies if isinstance(latencies, list) else []:
             response_id = as_id(dig(latency, "response_id"))
             seconds = as_float(dig(latency, "latency"))
-            if response_id and seconds is not None:
+            if response_id and seconds is not None and 0 <= seconds <= MAX_LATENCY_S:
                 self.latency[response_id] = seconds
         cost = as_float(metrics.get("accumulated_cost"))
         if cost is not None:

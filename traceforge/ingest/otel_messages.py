@@ -14,13 +14,12 @@ its conversation. The first place that gives any message wins.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from traceforge.ingest.otel_wire import Span
-from traceforge.ingest.values import as_id, as_str, json_text, parse_arguments, text_of
+from traceforge.ingest.values import as_id, as_list, as_str, json_text, parse_arguments, parse_json, text_of
 from traceforge.model import Message
 
 DETAILS_EVENT = "gen_ai.client.inference.operation.details"
@@ -149,7 +148,7 @@ def _parts(raw: dict, role: str) -> tuple[list[str], list[str], list[dict], list
             text = part.get("text", part.get("content"))
             if isinstance(text, str):
                 texts.append(text)
-    for raw_call in raw.get("tool_calls") or []:
+    for raw_call in as_list(raw.get("tool_calls")):
         if isinstance(raw_call, dict):
             calls.append(tool_call(raw_call))
     if isinstance(raw.get("function_call"), dict):
@@ -166,8 +165,8 @@ def _json_parts(text: str) -> list | None:
     if not text.startswith("["):
         return None
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
+        value = parse_json(text)
+    except ValueError:
         return None
     if (
         isinstance(value, list)
@@ -267,8 +266,8 @@ def _json(value: Any) -> Any:
         text = value.strip()
         if text[:1] in ("[", "{"):
             try:
-                return json.loads(text)
-            except json.JSONDecodeError:
+                return parse_json(text)
+            except ValueError:
                 return None
         return None
     return value
@@ -531,7 +530,7 @@ def response_messages(response: dict[str, Any]) -> Messages:
         parts = []
         for item in response["output"]:
             if isinstance(item, dict) and item.get("type") == "message":
-                parts.extend(p for p in item.get("content") or [] if isinstance(p, dict))
+                parts.extend(p for p in as_list(item.get("content")) if isinstance(p, dict))
             elif isinstance(item, dict):
                 parts.append(item)
         add_message({"role": "assistant", "content": parts}, out)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -30,7 +31,7 @@ from functools import cache
 from typing import Any
 
 from traceforge.ingest.sources import Record
-from traceforge.ingest.values import as_float, as_str, parse_time
+from traceforge.ingest.values import as_float, as_list, as_str, parse_time
 from traceforge.model import Reject, stable_id
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -185,19 +186,19 @@ def read(record: Record) -> Batch:
 
 
 def _read_traces_document(document: dict, line: int, batch: Batch) -> None:
-    for resource_spans in _get(document, "resourceSpans") or []:
+    for resource_spans in as_list(_get(document, "resourceSpans")):
         if not isinstance(resource_spans, dict):
             batch.reject(line, "resourceSpans entry is not an object", resource_spans)
             continue
         resource = attributes_of(_get(_get(resource_spans, "resource") or {}, "attributes"))
         scopes = _get(resource_spans, "scopeSpans") or _get(resource_spans, "instrumentationLibrarySpans")
-        for scope_spans in scopes or []:
+        for scope_spans in as_list(scopes):
             if not isinstance(scope_spans, dict):
                 batch.reject(line, "scopeSpans entry is not an object", scope_spans)
                 continue
             scope = _get(scope_spans, "scope") or _get(scope_spans, "instrumentationLibrary") or {}
             scope_name = as_str(scope.get("name")) if isinstance(scope, dict) else None
-            for raw in _get(scope_spans, "spans") or []:
+            for raw in as_list(_get(scope_spans, "spans")):
                 span = _otlp_span(raw, line, batch)
                 if span is not None:
                     span.resource = resource
@@ -234,16 +235,16 @@ def _otlp_span(raw: Any, line: int, batch: Batch) -> Span | None:
                 time=nanos_time(_get(e, "timeUnixNano")),
                 attributes=attributes_of(e.get("attributes")),
             )
-            for e in raw.get("events") or []
+            for e in as_list(raw.get("events"))
             if isinstance(e, dict)
         ],
     )
 
 
 def _read_logs_document(document: dict, line: int, batch: Batch) -> None:
-    for resource_logs in _get(document, "resourceLogs") or []:
-        for scope_logs in _get(resource_logs, "scopeLogs") or []:
-            for raw in _get(scope_logs, "logRecords") or []:
+    for resource_logs in as_list(_get(document, "resourceLogs")):
+        for scope_logs in as_list(_get(resource_logs, "scopeLogs")):
+            for raw in as_list(_get(scope_logs, "logRecords")):
                 if not isinstance(raw, dict):
                     batch.reject(line, "log record is not an object", raw)
                     continue
@@ -301,7 +302,7 @@ def _read_readable(raw: Any, line: int, batch: Batch) -> None:
                     time=_readable_time(e.get("time", e.get("timestamp"))),
                     attributes=attributes_of(e.get("attributes")),
                 )
-                for e in raw.get("events") or []
+                for e in as_list(raw.get("events"))
                 if isinstance(e, dict)
             ],
             resource=attributes_of(resource.get("attributes")),
@@ -349,7 +350,7 @@ def any_value(value: Any) -> Any:
         return inner if isinstance(inner, bool) else str(inner).lower() == "true"
     if kind == "array":
         items = inner.get("values") if isinstance(inner, dict) else inner
-        return [any_value(v) for v in items or []]
+        return [any_value(v) for v in as_list(items)]
     if kind == "kvlist":
         items = inner.get("values") if isinstance(inner, dict) else inner
         return attributes_of(items)
@@ -379,7 +380,7 @@ def attributes_of(items: Any) -> dict[str, Any]:
     if isinstance(items, dict):
         return dict(items)
     out: dict[str, Any] = {}
-    for item in items or []:
+    for item in as_list(items):
         if isinstance(item, dict) and isinstance(item.get("key"), str):
             out[item["key"]] = any_value(item.get("value"))
     return out
@@ -415,7 +416,7 @@ def nanos_time(value: Any) -> datetime | None:
             return parse_time(text)
         value = int(text)
     if isinstance(value, float):
-        value = int(value)
+        value = int(value) if math.isfinite(value) else None  # 1e400 reads as infinity
     if not isinstance(value, int) or value <= 0:
         return None
     try:

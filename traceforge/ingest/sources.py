@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from traceforge.ingest.values import MAX_NESTING, nesting_exceeds, parse_json
 from traceforge.model import Reject
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -125,17 +126,24 @@ def load(path: Path, sha256: str | None = None) -> SourceFile:
     return SourceFile(path=path, data=data, sha256=digest, size=len(raw), compressed=compressed)
 
 
-def _nonfinite_as_null(name: str) -> None:
-    """NaN and Infinity are not JSON, but loggers write them: read them as null, keep the record."""
-    return None
+UTF8_BOM = b"\xef\xbb\xbf"
+TOO_DEEP = (
+    f"nested deeper than {MAX_NESTING} levels, more than any trace needs; "
+    "the writer may have looped: check the record at its source"
+)
 
 
-def _loads(text: str) -> Any:
-    return json.loads(text, parse_constant=_nonfinite_as_null)
-
-
-def _strip_bom(data: bytes) -> bytes:
-    return data[3:] if data.startswith(b"\xef\xbb\xbf") else data
+def _as_utf8(data: bytes) -> bytes:
+    """The content without its byte order mark; UTF-16 text (as Windows PowerShell redirects write
+    it, recognised by its mark) re-encoded as UTF-8."""
+    if data.startswith(UTF8_BOM):
+        return data[3:]
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        try:
+            return data.decode("utf-16").encode("utf-8")
+        except UnicodeDecodeError:
+            return data
+    return data
 
 
 def looks_binary(data: bytes) -> bool:
@@ -152,22 +160,31 @@ def read_records(source: SourceFile, rejects: list[Reject]) -> Iterator[Record]:
     as a CSV table with a header row. Raises SourceError when the file as a whole is none of these
     (binary, prose, a truncated document).
     """
-    data = _strip_bom(source.data)
+    data = _as_utf8(source.data)
     if looks_binary(data):
         raise SourceError("binary content, not JSON or JSON Lines")
     if not data.strip():
         return
     document_error = None
     try:
-        document = _loads(data.decode("utf-8"))
+        # one level more for the array that holds the records; each element is checked below
+        document = parse_json(data.decode("utf-8"), max_nesting=MAX_NESTING + 1)
+        if not isinstance(document, list) and nesting_exceeds(document, MAX_NESTING):
+            raise ValueError(TOO_DEEP)
     except UnicodeDecodeError:
         document_error = "not valid UTF-8"
     except json.JSONDecodeError as exc:
         document_error = f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+    except ValueError:
+        document_error = TOO_DEEP
     else:
         if isinstance(document, list):
+            deep = nesting_exceeds(document, MAX_NESTING)
             for index, value in enumerate(document, start=1):
-                yield Record(line=index, value=value)
+                if deep and isinstance(value, dict | list) and nesting_exceeds(value, MAX_NESTING):
+                    rejects.append(Reject(line=index, error=TOO_DEEP))
+                else:
+                    yield Record(line=index, value=value)
         else:
             yield Record(line=1, value=document)
         return
@@ -178,6 +195,8 @@ def read_records(source: SourceFile, rejects: list[Reject]) -> Iterator[Record]:
         if table is not None:
             yield from table
             return
+        if document_error == TOO_DEEP:
+            raise SourceError(f"a JSON document {TOO_DEEP}")
         raise SourceError(
             f"not JSON or JSON Lines ({document_error}); if it is a truncated JSON document, "
             "the writer may have crashed: restore or re-export it"
@@ -191,7 +210,7 @@ def _read_json_lines(data: bytes, rejects: list[Reject]) -> Iterator[Record]:
         if not line.strip():
             continue
         try:
-            text = line.decode("utf-8")
+            text = line.decode("utf-8").removeprefix("\ufeff")  # a BOM inside: files concatenated
         except UnicodeDecodeError as exc:
             rejects.append(
                 Reject(
@@ -202,7 +221,7 @@ def _read_json_lines(data: bytes, rejects: list[Reject]) -> Iterator[Record]:
             )
             continue
         try:
-            value = _loads(text)
+            value = parse_json(text)
         except json.JSONDecodeError as exc:
             rejects.append(
                 Reject(
@@ -211,6 +230,9 @@ def _read_json_lines(data: bytes, rejects: list[Reject]) -> Iterator[Record]:
                     raw=text,
                 )
             )
+            continue
+        except ValueError:
+            rejects.append(Reject(line=number, error=TOO_DEEP, raw=text))
             continue
         yield Record(line=number, value=value, raw=text)
 

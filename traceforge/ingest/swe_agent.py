@@ -22,7 +22,6 @@ Steps have no wall clock: a tool call gets `duration_ms` from its step's `execut
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from traceforge.ingest import openai_chat
 from traceforge.ingest.conversation import assemble, default_workload
 from traceforge.ingest.providers import provider_of
 from traceforge.ingest.sources import Record
-from traceforge.ingest.values import as_float, as_id, as_list, as_str, dig, text_of, to_json
+from traceforge.ingest.values import as_float, as_id, as_list, as_str, dig, parse_json, text_of, to_json
 from traceforge.model import LlmCall, Message, ParseResult, Reject, Trace
 
 FORMAT = "swe-agent"
@@ -110,8 +109,8 @@ def _replay_config(value: Any) -> dict:
     config = value.get("replay_config") if isinstance(value, dict) else None
     if isinstance(config, str):
         try:
-            config = json.loads(config)
-        except json.JSONDecodeError:
+            config = parse_json(config)
+        except ValueError:
             return {}
     return config if isinstance(config, dict) else {}
 

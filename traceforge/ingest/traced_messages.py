@@ -17,12 +17,11 @@ messages; everything they cannot read as a message becomes text, never an error.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from traceforge.ingest import anthropic_messages, openai_chat, openai_responses
-from traceforge.ingest.values import as_id, as_int, as_str, dig, json_text
+from traceforge.ingest.values import as_id, as_int, as_str, dig, json_text, parse_json
 from traceforge.model import Message, ToolDef
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
@@ -390,8 +389,8 @@ def decode_json_text(value: Any) -> Any:
     other values, and text that is not a JSON object, array or string, as they are."""
     if isinstance(value, str) and value[:1] in ("{", "[", '"'):
         try:
-            return json.loads(value)
-        except json.JSONDecodeError:
+            return parse_json(value)
+        except ValueError:
             return value
     return value
 

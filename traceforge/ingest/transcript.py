@@ -9,6 +9,7 @@ unless the message carries its own `usage` (some harnesses record it per message
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from types import ModuleType
 from typing import Any
@@ -47,22 +48,18 @@ ROLE_NAMES = {"system", "developer", "user", "assistant", "tool", "function"}
 
 def find_messages(value: Any) -> list | None:
     """The messages list of a transcript record, or None."""
-    if (
-        isinstance(value, list)
-        and value
-        and all(isinstance(m, dict) and m.get("role") in ROLE_NAMES for m in value)
-    ):
+    if isinstance(value, list) and value and all(_is_message(m) for m in value):
         return value
     if isinstance(value, dict):
         for key in MESSAGE_KEYS:
             candidate = value.get(key)
-            if (
-                isinstance(candidate, list)
-                and candidate
-                and all(isinstance(m, dict) and m.get("role") in ROLE_NAMES for m in candidate[:20])
-            ):
+            if isinstance(candidate, list) and candidate and all(_is_message(m) for m in candidate[:20]):
                 return candidate
     return None
+
+
+def _is_message(value: Any) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("role"), str) and value["role"] in ROLE_NAMES
 
 
 def outcome_of(value: Any) -> str:
@@ -85,21 +82,27 @@ def outcome_of(value: Any) -> str:
 def parse(records: Iterable[Record], source_path: str, provider: ModuleType) -> ParseResult:
     """Transcripts of one provider family (`provider` is the openai_chat or anthropic_messages module)."""
     result = ParseResult()
-    records = list(records)
-    result.records = len(records)
-    bare = [r for r in records if isinstance(r.value, dict) and r.value.get("role") in ROLE_NAMES]
-    if records and len(bare) == len(records):
-        # One message per record: the whole file is one conversation.
-        trace = _trace(
-            [r.value for r in records],
-            {},
-            provider,
-            records[0].line,
-            "conv-" + stable_id(source_path.rsplit("/", 1)[-1], records[0].raw or records[0].value),
-        )
-        result.traces.append(trace)
-        return result
+    records = iter(records)
+    leading: list[Record] = []  # records that are bare messages, up to the first that is not
     for record in records:
+        leading.append(record)
+        if not _is_message(record.value):
+            break
+    else:
+        if leading:
+            # One message per record: the whole file is one conversation.
+            result.records = len(leading)
+            trace = _trace(
+                [r.value for r in leading],
+                {},
+                provider,
+                leading[0].line,
+                "conv-" + stable_id(source_path.rsplit("/", 1)[-1], leading[0].raw or leading[0].value),
+            )
+            result.traces.append(trace)
+        return result
+    for record in itertools.chain(leading, records):
+        result.records += 1
         messages = find_messages(record.value)
         if messages is None:
             result.rejects.append(

@@ -9,10 +9,82 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 INT64_MAX = 2**63 - 1
+# Deeper JSON is refused: traceforge's own code (and Python's JSON encoder, which writes JSON columns)
+# recurses once or twice per level, and Python's stack allows about a thousand frames.
+MAX_NESTING = 200
+# A \uD800-\uDFFF escape that is not half of a valid pair: JSON allows it, UTF-8 cannot encode it.
+_LONE_SURROGATE_ESCAPE = re.compile(
+    r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F]"
+)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class NestingError(ValueError):
+    """JSON nested deeper than `MAX_NESTING` levels."""
+
+
+def parse_json(text: str, max_nesting: int = MAX_NESTING) -> Any:
+    """JSON text as a Python value, read the way traceforge reads every JSON it meets.
+
+    NaN and Infinity (not JSON, but loggers write them) become None; an escaped lone UTF-16
+    surrogate ("\\ud800", valid JSON that encodes no character) becomes U+FFFD; a value nested deeper
+    than `max_nesting` levels raises NestingError. Raises ValueError (json.JSONDecodeError for bad
+    syntax, with its position) for anything that is not JSON.
+
+    >>> parse_json('{"n": NaN, "s": "\\\\ud800x"}')
+    {'n': None, 's': '\ufffdx'}
+    """
+    try:
+        value = _DECODER.decode(text)
+    except RecursionError:
+        raise NestingError(f"nested deeper than {max_nesting} levels") from None
+    if text.count("[") + text.count("{") > max_nesting and nesting_exceeds(value, max_nesting):
+        raise NestingError(f"nested deeper than {max_nesting} levels")
+    # the substring tests first: the pattern's lookbehind makes it try every position of the text
+    if ("\\ud" in text or "\\uD" in text) and _LONE_SURROGATE_ESCAPE.search(text):
+        value = _without_surrogates(value)
+    return value
+
+
+def _nonfinite_as_null(name: str) -> None:
+    return None
+
+
+# One decoder for every call: json.loads with an option builds a new one each time.
+_DECODER = json.JSONDecoder(parse_constant=_nonfinite_as_null)
+
+
+def nesting_exceeds(value: Any, limit: int) -> bool:
+    """Whether `value` holds lists or dicts more than `limit` levels deep (without recursing).
+
+    >>> nesting_exceeds([[1]], 2), nesting_exceeds([[[1]]], 2)
+    (False, True)
+    """
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        for child in children:
+            if isinstance(child, dict | list):
+                if depth + 1 > limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
+
+
+def _without_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_without_surrogates(k): _without_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_surrogates(v) for v in value]
+    return value
 
 
 def dig(value: Any, *path: str | int) -> Any:
@@ -143,6 +215,20 @@ def _from_epoch(number: float) -> datetime | None:
         return None
 
 
+def add_ms(time: datetime, ms: float) -> datetime | None:
+    """`time` moved by `ms` milliseconds; None when that leaves the calendar (a corrupt latency).
+
+    >>> add_ms(datetime(2026, 1, 1, tzinfo=UTC), 1500).isoformat()
+    '2026-01-01T00:00:01.500000+00:00'
+    >>> add_ms(datetime(2026, 1, 1, tzinfo=UTC), 1e30) is None
+    True
+    """
+    try:
+        return time + timedelta(milliseconds=ms)
+    except OverflowError:
+        return None
+
+
 def duration_ms(start: datetime | None, end: datetime | None) -> float | None:
     if start is None or end is None:
         return None
@@ -156,8 +242,8 @@ def parse_arguments(value: Any) -> Any:
         if not text:
             return {}
         try:
-            return json.loads(text)
-        except json.JSONDecodeError:
+            return parse_json(text)
+        except ValueError:
             return value
     return value
 
@@ -206,12 +292,16 @@ def _finite(value: Any) -> Any:
     return value
 
 
+# One encoder for every JSON column value (json.dumps with options builds a new one per call).
+_COLUMN_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=str)
+
+
 def to_json(value: Any) -> str | None:
     """Valid JSON text for a JSON column (NaN and infinities become null), or None for None."""
     if value is None:
         return None
     try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False, default=str)
+        text = _COLUMN_ENCODER.encode(value)
     except ValueError:
         text = json.dumps(_finite(value), ensure_ascii=False, default=str)
     return clean_text(text)

@@ -136,10 +136,16 @@ class Rows:
 
     def __init__(self) -> None:
         self.columns = {table: {c: [] for c in schema} for table, schema in SCHEMAS.items()}
+        # (column, its list's append) per table: the per-row loop of a big ingest
+        self._appenders = {
+            table: [(column, items.append) for column, items in columns.items()]
+            for table, columns in self.columns.items()
+        }
 
     def add(self, table: str, **values: Any) -> None:
-        for column, items in self.columns[table].items():
-            items.append(values.get(column))
+        get = values.get
+        for column, append in self._appenders[table]:
+            append(get(column))
 
     def count(self, table: str) -> int:
         return len(next(iter(self.columns[table].values())))
@@ -192,8 +198,9 @@ class _Ids:
     tool: dict[tuple[int, str], str]  # (id(trace), local_id) -> tool_call_id
 
 
-def _taken(con: duckdb.DuckDBPyConnection, table: str, column: str, candidates: list[str]) -> set[str]:
-    if not candidates:
+def _taken(con: duckdb.DuckDBPyConnection | None, table: str, column: str, candidates: list[str]) -> set[str]:
+    """Which `candidates` the store behind `con` holds (none without a store: a parsing worker)."""
+    if not candidates or con is None:
         return set()
     frame = pl.DataFrame({"id": candidates}, schema={"id": pl.Utf8})
     con.register("_tf_ids", frame)
@@ -225,7 +232,7 @@ def _unique(wanted: dict[Any, str], fallback: dict[Any, str], in_store: set[str]
     return out
 
 
-def _assign_ids(con: duckdb.DuckDBPyConnection, files: list[ParsedFile]) -> _Ids:
+def _assign_ids(con: duckdb.DuckDBPyConnection | None, files: list[ParsedFile]) -> _Ids:
     traces = [(parsed, t) for parsed in files for t in parsed.result.traces]
     wanted = {id(t): t.source_id for _, t in traces}
     fallback = {id(t): f"{t.source_id}@{parsed.sha256[:8]}" for parsed, t in traces}
@@ -264,6 +271,23 @@ def _assign_ids(con: duckdb.DuckDBPyConnection, files: list[ParsedFile]) -> _Ids
     return _Ids(trace_ids, by_source, call_ids, tool_ids)
 
 
+def counts(parsed: ParsedFile) -> tuple[int, int, int, int]:
+    """A file's (records, ingested, rejected, skipped), as its `sources` row gives them; records =
+    ingested + rejected + skipped. A file that fails as a whole (unreadable, not a known format)
+    counts as one rejected record beside the lines rejected on their own: none of it is ingested.
+
+    >>> counts(ParsedFile("a.jsonl", "", 0, "x", ParseResult(records=5, rejects=[Reject(2, "bad")])))
+    (5, 4, 1, 0)
+    """
+    result = parsed.result
+    if parsed.error:
+        rejected = len(result.rejects) + 1
+        return rejected, 0, rejected, 0
+    skipped = sum(result.skipped.values())
+    rejected = len(result.rejects)
+    return result.records, max(result.records - rejected - skipped, 0), rejected, skipped
+
+
 def _add_file(rows: Rows, parsed: ParsedFile, ids: _Ids) -> None:
     now = datetime.now(UTC)
     result = parsed.result
@@ -282,16 +306,16 @@ def _add_file(rows: Rows, parsed: ParsedFile, ids: _Ids) -> None:
             raw=clean_text(reject.raw),
             rejected_at=now,
         )
-    skipped = sum(result.skipped.values())
+    records, ingested, rejected, skipped = counts(parsed)
     rows.add(
         "sources",
         path=parsed.path,
         sha256=parsed.sha256,
         format=parsed.format,
         bytes=parsed.size,
-        records=result.records,
-        ingested=max(result.records - len(result.rejects) - skipped, 0),
-        rejected=len(rejects),
+        records=records,
+        ingested=ingested,
+        rejected=rejected,
         skipped=skipped,
         skipped_by_kind=json.dumps(result.skipped, sort_keys=True),
         traces=len(result.traces),

@@ -1,0 +1,165 @@
+"""Reading a file's records without holding the file: big JSON Lines files in chunks of whole lines.
+
+A production log is often gigabytes of JSON Lines. Reading it whole (its bytes, then every record
+parsed at once) takes several times its size in memory; here such a file is read in chunks of about
+`CHUNK_BYTES` that end at a line break, and its records are parsed chunk by chunk as the adapter
+consumes them. Everything else (a file that fits in one chunk, a JSON document, a CSV table, UTF-16
+text, binary content, a JSON Lines file whose first line is not JSON) is read whole by
+`traceforge.ingest.sources.read_records`, exactly as before: streaming applies only where it cannot
+change what is read.
+
+>>> rejects = []
+>>> opened = open_records(Path("logs/gateway.jsonl"), rejects)          # doctest: +SKIP
+>>> first = next(opened.records)                                         # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from traceforge.ingest.sources import (
+    GZIP_MAGIC,
+    Record,
+    SourceError,
+    SourceFile,
+    _read_json_lines,
+    read_records,
+)
+from traceforge.model import Reject
+
+CHUNK_BYTES = 8 << 20
+SAMPLE_CHARS = 65_536
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
+class ContentError(SourceError):
+    """A file read whole whose content is not records; `head` is its start, kept with the reject."""
+
+    def __init__(self, message: str, head: bytes) -> None:
+        super().__init__(message)
+        self.head = head
+
+
+@dataclass
+class OpenedFile:
+    """A file's records, streamed or read whole, and what a whole-file reject needs."""
+
+    records: Iterator[Record]
+    size: int  # bytes on disk
+    head: bytes  # the start of the (decompressed) content
+    streamed: bool
+
+
+def open_records(path: Path, rejects: list[Reject], sha256: str = "") -> OpenedFile:
+    """The records of `path`; lines that are not JSON go to `rejects` as they are met.
+
+    Raises SourceError (as `sources.read_records` does) for a file that cannot be read as records;
+    a streamed file can also raise it later, while its records are consumed (gzip data corrupt
+    after the first chunk).
+    """
+    try:
+        handle = open(path, "rb")  # noqa: SIM115 - closed by the generator or below
+    except OSError as exc:
+        raise SourceError(f"cannot read the file: {exc.strerror or exc}") from exc
+    try:
+        size = path.stat().st_size
+        compressed = handle.read(2) == GZIP_MAGIC
+        handle.seek(0)
+        stream: BinaryIO = gzip.GzipFile(fileobj=handle) if compressed else handle
+        first = _read_chunk(stream)
+        complete = len(first) < CHUNK_BYTES  # the whole content is in the first chunk
+        if complete or not _starts_with_json_line(first):
+            data = first if complete else first + _read_rest(stream)
+            handle.close()
+            source = SourceFile(path=path, data=data, sha256=sha256, size=size, compressed=compressed)
+            try:
+                records = list(read_records(source, rejects))
+            except SourceError as exc:
+                raise ContentError(str(exc), data[:SAMPLE_CHARS]) from exc
+            return OpenedFile(iter(records), size, data[:SAMPLE_CHARS], streamed=False)
+    except BaseException:
+        handle.close()
+        raise
+    return OpenedFile(_stream(handle, stream, first, rejects), size, first[:SAMPLE_CHARS], streamed=True)
+
+
+def _gzip_error(exc: BaseException) -> SourceError:
+    return SourceError(
+        f"corrupt or truncated gzip data ({exc}); re-copy the file or gunzip it to see what is recoverable"
+    )
+
+
+def _read_chunk(stream: BinaryIO) -> bytes:
+    """About CHUNK_BYTES of content, extended to the end of its last line."""
+    try:
+        chunk = stream.read(CHUNK_BYTES)
+        if len(chunk) == CHUNK_BYTES and not chunk.endswith(b"\n"):
+            chunk += stream.readline()
+    except (OSError, EOFError, zlib.error) as exc:
+        raise _gzip_error(exc) from exc
+    return chunk
+
+
+def _read_rest(stream: BinaryIO) -> bytes:
+    try:
+        return stream.read()
+    except (OSError, EOFError, zlib.error) as exc:
+        raise _gzip_error(exc) from exc
+
+
+def _starts_with_json_line(chunk: bytes) -> bool:
+    """Whether the content is plainly JSON Lines: UTF-8, its first non-empty line a JSON object or
+    array and another non-empty line after it. (A JSON document cannot be: a complete value followed
+    by more content is not JSON.)"""
+    data = chunk.removeprefix(UTF8_BOM)
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in data[:4096]:
+        return False
+    lines = (line for line in data.split(b"\n", 64) if line.strip())
+    first = next(lines, None)
+    if first is None or next(lines, None) is None:
+        return False
+    try:
+        value = json.loads(first.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    return isinstance(value, dict | list)
+
+
+def _lines_in(chunk: bytes) -> int:
+    """How many lines `bytes.splitlines` finds in a chunk that ends at a line break."""
+    lines = chunk.count(b"\n")
+    if b"\r" in chunk:
+        lines += chunk.count(b"\r") - chunk.count(b"\r\n")
+    return lines
+
+
+def _stream(handle: BinaryIO, stream: BinaryIO, first: bytes, rejects: list[Reject]) -> Iterator[Record]:
+    offset = 0
+    chunk = first.removeprefix(UTF8_BOM)
+    try:
+        while chunk:
+            chunk_rejects: list[Reject] = []
+            for record in _read_json_lines(chunk, chunk_rejects):
+                if chunk_rejects:
+                    rejects.extend(_shifted(chunk_rejects, offset))
+                    chunk_rejects.clear()
+                record.line += offset
+                yield record
+            rejects.extend(_shifted(chunk_rejects, offset))
+            offset += _lines_in(chunk)
+            chunk = _read_chunk(stream)
+    finally:
+        handle.close()
+
+
+def _shifted(rejects: list[Reject], offset: int) -> list[Reject]:
+    for reject in rejects:
+        if reject.line is not None:
+            reject.line += offset
+    return rejects
