@@ -154,7 +154,9 @@ def test_sql_without_a_query_opens_the_duckdb_shell_on_the_store(runner, tmp_pat
     shell = subprocess.run(
         [sys.executable, "-m", "traceforge", "sql", "--db", db],
         input=".mode csv\nSELECT count(*) AS traces FROM traces;\n",
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert shell.returncode == 0, shell.stderr
     assert shell.stdout.split() == ["traces", "2"]

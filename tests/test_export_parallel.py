@@ -257,7 +257,7 @@ def messy_transcripts(draw):
                         },
                     }
                 )
-                fate = draw(st.sampled_from(["answered"] * 6 + ["missing", "twice", "orphan"]))
+                fate = draw(st.sampled_from(["answered"] * 15 + ["missing", "twice", "orphan"]))
                 result = f"ref W-{number}{draw(st.integers(10000, 99999))}"
                 brought.append(result.split()[-1])
                 if fate != "missing":

@@ -1,0 +1,292 @@
+"""Property-based tests (hypothesis) of every adapter and of the dependency inference.
+
+Adapters, on each format's well-formed files (`corpus.SEEDS`):
+- new content in well-formed records (every piece of free text replaced, consistently, by random
+  text: quotes, newlines, markup, emoji, control characters) is detected as the same format and
+  gives the same structure: as many traces, LLM calls, tool calls and messages;
+- mutated records (wrong types, removed keys, odd values, records dropped, duplicated or shuffled,
+  ids made to collide, parents made their own parents) never crash an adapter, whether detection
+  picks it or it is forced, and the adapter's accounting holds.
+
+Dependency inference (`traceforge.analysis.deps.infer`, `dag.schedule`), on random agent runs
+ingested into a store:
+- every edge points forward: from an earlier turn to a later one, never within a turn;
+- no call moves across a user message in the parallel schedule, and every edge is respected by it;
+- adding an unrelated call anywhere never removes a dependency between the other calls.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from accounting import check_parse_result
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from seed_traces import SEEDS, dump, get_at, paths_in, read_back, read_seed, replace_at
+
+from traceforge import store
+from traceforge.analysis.dag import schedule
+from traceforge.analysis.deps import infer, read_traces
+from traceforge.ingest import detect, openai_chat, tau2
+from traceforge.ingest.writer import ParsedFile, write
+
+SEED_FILES = [(fmt, path) for fmt, paths in sorted(SEEDS.items()) for path in paths]
+SEED_IDS = [f"{fmt}:{path.name}" for fmt, path in SEED_FILES]
+
+# Keys whose strings are names, kinds or references the formats match on, not free text.
+STRUCTURAL_KEYS = {
+    "name",
+    "type",
+    "role",
+    "model",
+    "id",
+    "kind",
+    "run_type",
+    "action",
+    "source",
+    "observation",
+}
+# Texts a format recognises by their words (tau2's canned greeting is no LLM call).
+MEANINGFUL_TEXTS = {tau2.DEFAULT_GREETING}
+FREE_TEXT = st.lists(
+    st.text(st.characters(exclude_categories=("Cs",)), max_size=12)
+    | st.sampled_from(["<script>alert(1)</script>", '"', "\\", "\n", "\r\n", "\x00", "\u202e", "😀"]),
+    max_size=5,
+).map("".join)
+
+
+def structure(records: list, fmt: str, path: Path) -> tuple:
+    """What an adapter made of records: its name and the shape of every trace."""
+    adapter = detect.detect(records[: detect.SAMPLE_SIZE])
+    assert adapter is not None
+    assert fmt == adapter.FORMAT
+    result = adapter.parse(records, str(path))
+    check_parse_result(result)
+    return (
+        result.records,
+        len(result.rejects),
+        sorted(result.skipped.items()),
+        sorted((len(t.llm_calls), len(t.tool_calls), len(t.messages)) for t in result.traces),
+    )
+
+
+def is_free_text(key: Any, text: str) -> bool:
+    return (
+        key not in STRUCTURAL_KEYS
+        and text not in MEANINGFUL_TEXTS
+        and len(text) >= 8
+        and (" " in text or "\n" in text)
+    )
+
+
+def with_new_text(value: Any, new_text, key: Any = None) -> Any:
+    """`value` with each free-text string replaced by `new_text(old)`; JSON held in a string (OTel
+    attributes, Langfuse cells) is changed inside and written back."""
+    if isinstance(value, dict):
+        return {k: with_new_text(v, new_text, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [with_new_text(v, new_text, key) for v in value]
+    if isinstance(value, str):
+        if value[:1] in "[{":
+            try:
+                inner = json.loads(value)
+            except ValueError:
+                inner = None
+            if isinstance(inner, dict | list):
+                return json.dumps(with_new_text(inner, new_text, key))
+        if is_free_text(key, value):
+            return new_text(value)
+    return value
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.parametrize(("fmt", "path"), SEED_FILES, ids=SEED_IDS)
+@given(data=st.data())
+def test_new_content_in_well_formed_records_keeps_format_and_structure(fmt, path, data):
+    records, lines = read_seed(path)
+    expected = structure(read_back(dump(records, lines), path)[0], fmt, path)
+    replacements: dict[str, str] = {}
+
+    def new_text(old: str) -> str:
+        if old not in replacements:  # the same text stays the same text: links by content hold
+            replacements[old] = data.draw(FREE_TEXT, label="text") + f" #{len(replacements)}"
+        return replacements[old]
+
+    changed = [with_new_text(r, new_text) for r in records]
+    assert structure(read_back(dump(changed, lines), path)[0], fmt, path) == expected
+
+
+ODD_VALUES = [None, True, 0, -1, 2**64, 10**30, 1.5, "", "x", "2024-13-45T99:99:99", [], {}, [None], {"": 0}]
+PARENT_KEYS = ("parentUuid", "parentSpanId", "parent_run_id", "parentObservationId", "parent_id", "cause")
+ID_KEYS = ("id", "uuid", "spanId", "tool_call_id", "tool_use_id", "call_id", "traceId", "sessionId")
+
+
+@st.composite
+def mutations(draw):
+    """A list of (operation, record number, path number, value) to apply to a file's records."""
+    operation = st.sampled_from(["set", "delete", "duplicate", "drop", "shuffle", "same-id", "own-parent"])
+    return draw(
+        st.lists(
+            st.tuples(operation, st.integers(0, 10**6), st.integers(0, 10**6), st.sampled_from(ODD_VALUES)),
+            min_size=1,
+            max_size=6,
+        )
+    )
+
+
+def mutate(records: list, steps: list) -> list:
+    records = copy.deepcopy(records)
+    for operation, which, where, value in steps:
+        if not records:
+            break
+        index = which % len(records)
+        record = records[index]
+        paths = list(paths_in(record))
+        if operation == "duplicate":
+            records.insert(index, copy.deepcopy(record))
+        elif operation == "drop" and len(records) > 1:
+            del records[index]
+        elif operation == "shuffle":
+            records = records[index:] + records[:index]
+        elif operation in ("set", "delete") and paths:
+            path = paths[where % len(paths)]
+            if operation == "set":
+                replace_at(record, path, copy.deepcopy(value))
+            else:
+                del get_at(record, path[:-1])[path[-1]]
+        elif operation in ("same-id", "own-parent"):
+            keys = ID_KEYS if operation == "same-id" else PARENT_KEYS
+            targets = [p for p in paths if p[-1] in keys and isinstance(get_at(record, p), str | int)]
+            if targets:
+                path = targets[where % len(targets)]
+                own = next((p for p in paths if p[:-1] == path[:-1] and p[-1] in ID_KEYS), None)
+                replace_at(record, path, get_at(record, own) if own else "dup-id")
+    return records
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.parametrize(("fmt", "path"), SEED_FILES, ids=SEED_IDS)
+@given(steps=mutations())
+def test_mutated_records_never_crash_an_adapter(fmt, path, steps):
+    records, lines = read_seed(path)
+    changed = mutate(records, steps)
+    if not lines:  # a document stays one document (a list of them once records were duplicated)
+        changed = [changed[0] if len(changed) == 1 else changed]
+    read, _ = read_back(dump(changed, lines), path)
+    for adapter in {detect.by_name(fmt), detect.detect(read[: detect.SAMPLE_SIZE])} - {None}:
+        result = adapter.parse(read, str(path))
+        check_parse_result(result)
+
+
+# --------------------------------------------------------------------------- dependency inference
+
+TOOLS = ["search_orders", "get_order", "cancel_order", "get_weather", "lookup", "send_email", "read_file"]
+
+
+@st.composite
+def agent_runs(draw):
+    """An OpenAI chat transcript of 1-3 user turns, each with 1-4 tool-calling turns of 1-3 calls.
+
+    Arguments take values from earlier results (data dependencies), from the user's words, or
+    fresh ones; results bring new id-like values."""
+    messages: list[dict] = [{"role": "system", "content": "You are an order assistant."}]
+    results: list[str] = []  # values that results brought
+    number = 0
+    for segment in range(draw(st.integers(1, 3))):
+        user_words = [f"ORD-{segment}{i}77" for i in range(2)]
+        messages.append({"role": "user", "content": f"Please check {' and '.join(user_words)} today."})
+        for _ in range(draw(st.integers(1, 4))):
+            calls, answers = [], []
+            for _ in range(draw(st.integers(1, 3))):
+                call_id = f"call_{number}"
+                source = draw(st.sampled_from(["result", "user", "fresh"]))
+                if source == "result" and results:
+                    value = draw(st.sampled_from(results))
+                elif source == "user":
+                    value = draw(st.sampled_from(user_words))
+                else:
+                    value = f"Q{number}X{draw(st.integers(1000, 9999))}"
+                name = draw(st.sampled_from(TOOLS))
+                calls.append(openai_chat_call(call_id, name, {"order_id": value}))
+                brought = f"W-{number}{draw(st.integers(100000, 999999))}"
+                answers.append(
+                    {"role": "tool", "tool_call_id": call_id, "content": f'{{"ref": "{brought}"}}'}
+                )
+                results.append(brought)
+                number += 1
+            messages.append({"role": "assistant", "content": None, "tool_calls": calls})
+            messages.extend(answers)
+        messages.append({"role": "assistant", "content": "Done."})
+    return messages
+
+
+def openai_chat_call(call_id: str, name: str, arguments: dict) -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+def analysed(messages: list[dict]) -> tuple[Any, dict[str, int]]:
+    """Ingest one transcript into an in-memory store and infer its dependencies; also the index
+    of each call by its source id."""
+    con = store.connect(":memory:")
+    try:
+        records, _ = read_back(json.dumps({"messages": messages}), Path("run.json"))
+        result = openai_chat.parse(records, "run.json")
+        write(con, [ParsedFile("run.json", "0" * 64, 0, openai_chat.FORMAT, result)])
+        [(trace_id,)] = con.execute("SELECT trace_id FROM traces").fetchall()
+        (trace,) = read_traces(con, [trace_id])
+    finally:
+        con.close()
+    inference = infer(trace)
+    return inference, {call.source_id: call.index for call in trace.calls}
+
+
+def edge_pairs(inference, mode: str) -> set[tuple[str, str]]:
+    calls = inference.trace.calls
+    return {(calls[e.src].source_id, calls[e.dst].source_id) for e in inference.edges_for(mode)}
+
+
+DEPS_SETTINGS = settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+
+
+@DEPS_SETTINGS
+@given(agent_runs())
+def test_edges_point_forward_and_the_schedule_never_crosses_a_user_message(messages):
+    inference, _ = analysed(messages)
+    calls = inference.trace.calls
+    for mode in ("conservative", "loose"):
+        for edge in inference.edges_for(mode):
+            src, dst = calls[edge.src], calls[edge.dst]
+            assert src.turn < dst.turn and src.segment <= dst.segment, (edge, src.turn, dst.turn)
+        plan = schedule(inference, mode)
+        for edge in plan.edges:
+            assert plan.levels[edge.src] < plan.levels[edge.dst], edge
+        for a in calls:
+            for b in calls:
+                if a.segment < b.segment:
+                    assert plan.levels[a.index] < plan.levels[b.index], (a.tool_call_id, b.tool_call_id)
+        assert plan.min_turns <= plan.observed_turns == len({c.turn for c in calls})
+
+
+@DEPS_SETTINGS
+@given(agent_runs(), st.data())
+def test_an_unrelated_call_never_removes_a_dependency(messages, data):
+    before, _ = analysed(messages)
+    turns = [i for i, m in enumerate(messages) if m["role"] == "assistant" and m.get("tool_calls")]
+    where = data.draw(st.sampled_from(turns), label="turn")
+    unrelated = openai_chat_call("call_unrelated", "lookup", {"order_id": "ZZ-unrelated-0000"})
+    result = {"role": "tool", "tool_call_id": "call_unrelated", "content": '{"ref": "nothing-new-here"}'}
+    changed = copy.deepcopy(messages)
+    if data.draw(st.booleans(), label="same turn"):  # issued beside the turn's other calls
+        changed[where]["tool_calls"].append(unrelated)
+        changed.insert(where + 1 + len(changed[where]["tool_calls"]) - 1, result)
+    else:  # a turn of its own, just before this one
+        changed[where:where] = [{"role": "assistant", "content": None, "tool_calls": [unrelated]}, result]
+    after, _ = analysed(changed)
+    for mode in ("conservative", "loose"):
+        assert edge_pairs(before, mode) <= edge_pairs(after, mode), mode
