@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 # As traceforge.export.pipeline.KINDS, which is not imported here: it loads `datasets`, which every
 # `traceforge` command would then pay for at start-up.
 KINDS = ("sft", "parallel", "preference", "rl")
+# Not a dataset: the whole store as hive-partitioned Parquet (`traceforge.lake`, see `traceforge lake`).
+LAKE_KIND = "parquet"
 
 
 def _date(value: str | None) -> datetime | None:
@@ -33,7 +35,7 @@ def _date(value: str | None) -> datetime | None:
 
 
 @cli.command()
-@click.argument("kind", type=click.Choice(KINDS))
+@click.argument("kind", type=click.Choice([*KINDS, LAKE_KIND]))
 @db_option
 @click.option(
     "--out",
@@ -123,7 +125,8 @@ def export(
     token,
     as_json,
 ):
-    """Write a post-training dataset from the store: sft, parallel, preference or rl.
+    """Write a post-training dataset from the store: sft, parallel, preference or rl
+    (or the whole store as Parquet: parquet).
 
     \b
     sft         whole conversations, TRL conversational format + tools
@@ -131,6 +134,8 @@ def export(
                 (needs the dependency analysis: run `traceforge analyze`)
     preference  prompt / chosen (parallel turn) / rejected (sequential)
     rl          prompt-only rows with tools and the recorded outcome
+    parquet     every table as hive-partitioned Parquet (source_format/day),
+                for a data lake: see `traceforge lake` (only --db, --out, --json)
 
     Redaction of secrets and personal data is on unless --no-redact is given.
     Each export is a config of the --out folder; several can share it.
@@ -142,6 +147,10 @@ def export(
       traceforge export sft --format openai --max-tokens 32000
       traceforge export preference --out data/ --push-to-hub my-org/agent-prefs
     """
+    if kind == LAKE_KIND:
+        from traceforge.cli.lake import export_parquet_command
+
+        return export_parquet_command(click.get_current_context(), db, out, as_json)
     from traceforge.export.folder import FolderError
     from traceforge.export.pipeline import ExportError, ExportOptions, command_line
     from traceforge.export.pipeline import export as run_export

@@ -1,0 +1,397 @@
+"""The performance benchmark: ingest against DuckDB's own JSON reader and a plain Python loader,
+full analyses at scale, peak memory, and the growth curve, all measured in one run.
+
+    python benchmarks/run.py --quick          # under two minutes
+    python benchmarks/run.py                  # the full run (1M tool calls; about an hour on 2 cores)
+    python benchmarks/run.py --json out.json  # also write every measurement as JSON
+
+Every measurement runs in a child process of its own (`run.py --task ...`), so its peak RSS is its
+own: the child reports its wall time, its CPU time and its workers' (os.times), and the peak RSS of
+itself and of its largest worker (getrusage SELF and CHILDREN). Corpora are written by
+`benchmarks/corpus.py` under `benchmarks/corpus/` (git-ignored) and reused when already there.
+
+What is compared, on the same files in the same run:
+- `read_json`: DuckDB's own reader, `CREATE TABLE raw AS SELECT * FROM read_json([...],
+  union_by_name = true)` into a fresh database file: the floor, since traceforge's store is a file
+  too (the same into an in-memory database is shown beside it).
+- `plain loader`: what a user would write: `json.loads` per line, then the record inserted as a row
+  (path, line, record JSON) with `executemany` in batches of 1,000. It does less than traceforge
+  (no normalising, no grouping, no tool calls): a conservative baseline.
+- `traceforge ingest`: `traceforge.ingest.ingest_paths` into a fresh store (parsing workers: one per
+  CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import corpus as corpus_module  # noqa: E402
+
+CORPUS_ROOT = HERE / "corpus"
+PLAIN_BATCH = 1_000
+
+# name: (shape, tool calls, traces) per mode
+SIZES = {
+    "quick": {
+        "growth": 2_000,  # tool calls at 1x; 2x and 4x follow
+        "scale": ("mixed", 10_000, None),
+        "long": ("long", 1_000, None),
+        "small": ("small", None, 2_000),
+    },
+    "full": {
+        "growth": 62_500,
+        "scale": ("mixed", 1_000_000, None),
+        "long": ("long", 5_000, None),
+        "small": ("small", None, 100_000),
+    },
+}
+
+
+# --- the measured tasks (each runs in its own process) -------------------------------------------
+
+
+def _files(corpus: Path) -> list[str]:
+    return sorted(str(p) for p in corpus.iterdir() if p.name.endswith((".jsonl", ".jsonl.gz")))
+
+
+def task_read_json(corpus: Path, db: str) -> dict[str, Any]:
+    import duckdb
+
+    con = duckdb.connect(db)
+    started = time.perf_counter()
+    con.execute("CREATE TABLE raw AS SELECT * FROM read_json(?, union_by_name = true)", [_files(corpus)])
+    rows = con.execute("SELECT count(*) FROM raw").fetchone()[0]
+    con.close()
+    return {"seconds": time.perf_counter() - started, "rows": rows}
+
+
+def task_plain(corpus: Path, db: str) -> dict[str, Any]:
+    """The loader a user would write: json.loads per line, executemany of (path, line, JSON)."""
+    import duckdb
+
+    con = duckdb.connect(db)
+    con.execute("CREATE TABLE records (path TEXT, line BIGINT, record JSON)")
+    started = time.perf_counter()
+    rows = 0
+    for path in _files(corpus):
+        batch = []
+        with open(path, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                record = json.loads(line)
+                batch.append((path, number, json.dumps(record)))
+                if len(batch) >= PLAIN_BATCH:
+                    con.executemany("INSERT INTO records VALUES (?, ?, ?)", batch)
+                    rows += len(batch)
+                    batch = []
+        if batch:
+            con.executemany("INSERT INTO records VALUES (?, ?, ?)", batch)
+            rows += len(batch)
+    con.close()
+    return {"seconds": time.perf_counter() - started, "rows": rows}
+
+
+def task_ingest(corpus: Path, db: str, workers: int | None) -> dict[str, Any]:
+    from traceforge import store
+    from traceforge.ingest import ingest_paths
+
+    con = store.connect(db)
+    started = time.perf_counter()
+    report = ingest_paths(con, [corpus], workers=workers)
+    seconds = time.perf_counter() - started
+    con.close()
+    totals = report.totals()
+    return {"seconds": seconds, "tool_calls": totals["tool_calls"], "traces": totals["traces"]}
+
+
+def task_analyze(corpus: Path, db: str, workers: int | None) -> dict[str, Any]:
+    """Ingest, dependency analysis and the inference profile: what `traceforge analyze` computes."""
+    from traceforge import store
+    from traceforge.analysis.dag import analyze_dependencies
+    from traceforge.export.profile import build_profile
+    from traceforge.ingest import ingest_paths
+
+    con = store.connect(db)
+    phases = {}
+    started = time.perf_counter()
+    report = ingest_paths(con, [corpus], workers=workers)
+    phases["ingest"] = time.perf_counter() - started
+    mark = time.perf_counter()
+    deps = analyze_dependencies(con)
+    phases["deps"] = time.perf_counter() - mark
+    mark = time.perf_counter()
+    build_profile(con)
+    phases["profile"] = time.perf_counter() - mark
+    seconds = time.perf_counter() - started
+    con.close()
+    return {
+        "seconds": seconds,
+        "phases": phases,
+        "tool_calls": report.totals()["tool_calls"],
+        "traces": report.totals()["traces"],
+        "dag_traces": deps["traces"],
+    }
+
+
+def run_task(args: argparse.Namespace) -> None:
+    before = os.times()
+    corpus, db = Path(args.corpus), args.db
+    if args.task == "read_json":
+        result = task_read_json(corpus, db)
+    elif args.task == "plain":
+        result = task_plain(corpus, db)
+    elif args.task == "ingest":
+        result = task_ingest(corpus, db, args.workers)
+    else:
+        result = task_analyze(corpus, db, args.workers)
+    after = os.times()
+    result["cpu_self"] = after.user - before.user + after.system - before.system
+    result["cpu_workers"] = (
+        after.children_user - before.children_user + after.children_system - before.children_system
+    )
+    result["rss_self_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["rss_worker_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(json.dumps(result))
+
+
+# --- the runner ---------------------------------------------------------------------------------
+
+
+def measure(task: str, corpus: Path, db: Path | str, workers: int | None = None) -> dict[str, Any]:
+    on_disk = str(db) != ":memory:"
+    stale_files = (Path(db), Path(f"{db}.wal")) if on_disk else ()
+    for stale in stale_files:
+        stale.unlink(missing_ok=True)
+    command = [sys.executable, __file__, "--task", task, "--corpus", str(corpus), "--db", str(db)]
+    if workers is not None:
+        command += ["--workers", str(workers)]
+    started = time.perf_counter()
+    finished = subprocess.run(command, capture_output=True, text=True, check=False)
+    if finished.returncode != 0:
+        raise SystemExit(f"{task} on {corpus.name} failed:\n{finished.stderr[-4000:]}")
+    result = json.loads(finished.stdout.strip().splitlines()[-1])
+    result["process_seconds"] = time.perf_counter() - started
+    result["task"] = task
+    result["corpus"] = corpus.name
+    for stale in stale_files:
+        stale.unlink(missing_ok=True)
+    return result
+
+
+def corpus_for(name: str, shape: str, tool_calls: int | None, traces: int | None) -> tuple[Path, dict]:
+    folder = CORPUS_ROOT / name
+    manifest_path = folder / corpus_module.MANIFEST
+    wanted = {"shape": shape, "tool_calls": tool_calls, "traces": traces, "seed": corpus_module.DEFAULT_SEED}
+    if manifest_path.exists():
+        manifest = json.loads(manifest_path.read_text())
+        if manifest.get("request") == wanted:
+            return folder, manifest
+    print(f"  writing corpus {name} ...", file=sys.stderr, flush=True)
+    corpus_module.generate(folder, tool_calls=tool_calls, traces=traces, shape=shape)
+    manifest = json.loads(manifest_path.read_text())
+    manifest["request"] = wanted
+    manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
+    return folder, manifest
+
+
+def machine() -> dict[str, Any]:
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    import duckdb
+    import polars
+
+    return {
+        "cpus": len(os.sched_getaffinity(0)),
+        "cpu_model": model,
+        "memory_gib": round(memory, 1),
+        "python": sys.version.split()[0],
+        "duckdb": duckdb.__version__,
+        "polars": polars.__version__,
+        "load_average_at_start": os.getloadavg(),
+    }
+
+
+def _mb(manifest: dict) -> float:
+    return manifest["totals"]["bytes"] / 1e6
+
+
+def _cores(result: dict) -> float:
+    return (result["cpu_self"] + result["cpu_workers"]) / result["seconds"] if result["seconds"] else 0.0
+
+
+def _rss(result: dict, workers: int) -> str:
+    self_mb, worker_mb = result["rss_self_mb"], result["rss_worker_mb"]
+    if worker_mb:
+        return f"{self_mb:,.0f} + {workers}x{worker_mb:,.0f}"
+    return f"{self_mb:,.0f}"
+
+
+def run(mode: str, json_path: str | None, workers: int | None) -> dict[str, Any]:
+    from rich.console import Console
+    from rich.table import Table
+
+    sizes = SIZES[mode]
+    console = Console(stderr=True, width=max(Console(stderr=True).width, 132))
+    scratch = CORPUS_ROOT / "_stores"
+    scratch.mkdir(parents=True, exist_ok=True)
+    info = machine()
+    # Every traceforge run uses the same number of parsing workers (by default one per CPU), so the
+    # growth curve is not bent by small inputs being parsed in-process.
+    worker_count = workers or info["cpus"]
+    workers = worker_count
+    results: dict[str, Any] = {"mode": mode, "machine": info, "measurements": []}
+
+    def note(result: dict) -> dict:
+        results["measurements"].append(result)
+        return result
+
+    console.print(
+        f"[bold]traceforge benchmark ({mode})[/]: {info['cpus']} CPUs, {info['cpu_model']}, "
+        f"{info['memory_gib']} GiB, load average {info['load_average_at_start'][0]:.2f}"
+    )
+
+    # 1. ingest against the floor and the plain loader, then the growth curve
+    growth = []
+    for factor in (1, 2, 4):
+        folder, manifest = corpus_for(f"growth-{factor}x-{mode}", "mixed", sizes["growth"] * factor, None)
+        console.print(f"  growth {factor}x: {_mb(manifest):,.0f} MB")
+        entry = {"factor": factor, "manifest": manifest, "folder": folder}
+        entry["ingest"] = note(measure("ingest", folder, scratch / "ingest.duckdb", workers))
+        entry["analyze"] = note(measure("analyze", folder, scratch / "analyze.duckdb", workers))
+        if factor == 1:
+            entry["read_json"] = note(measure("read_json", folder, scratch / "read_json.duckdb"))
+            entry["read_json_memory"] = note(measure("read_json", folder, ":memory:"))
+            entry["plain"] = note(measure("plain", folder, scratch / "plain.duckdb"))
+        growth.append(entry)
+    base = growth[0]
+
+    table = Table(
+        title=f"Ingest, {_mb(base['manifest']):,.0f} MB ({base['manifest']['totals']['tool_calls']:,} "
+        "tool calls), same files, same run"
+    )
+    for column in ("loader", "wall s", "CPU s", "cores", "peak RSS MB", "traceforge is"):
+        table.add_column(column, justify="right" if column != "loader" else "left")
+    ours = base["ingest"]
+    for label, result in (
+        ("DuckDB read_json into a file (floor)", base["read_json"]),
+        ("DuckDB read_json in memory", base["read_json_memory"]),
+        ("plain Python loader", base["plain"]),
+        ("traceforge ingest", ours),
+    ):
+        if result is ours:
+            relation = "—"
+        elif label.startswith("DuckDB"):
+            relation = f"{ours['seconds'] / result['seconds']:.2f}x its time"
+        elif result["seconds"] >= ours["seconds"]:
+            relation = f"{result['seconds'] / ours['seconds']:.2f}x faster"
+        else:
+            relation = f"{ours['seconds'] / result['seconds']:.2f}x slower"
+        table.add_row(
+            label,
+            f"{result['seconds']:.1f}",
+            f"{result['cpu_self'] + result['cpu_workers']:.1f}",
+            f"{_cores(result):.2f}",
+            _rss(result, worker_count if result is ours else 0),
+            relation,
+        )
+    console.print(table)
+
+    table = Table(title="Growth: the same mix at 1x, 2x, 4x")
+    for column in ("input", "MB", "tool calls", "ingest s", "ratio", "analyze s", "ratio", "peak RSS MB"):
+        table.add_column(column, justify="right")
+    for entry in growth:
+        table.add_row(
+            f"{entry['factor']}x",
+            f"{_mb(entry['manifest']):,.0f}",
+            f"{entry['manifest']['totals']['tool_calls']:,}",
+            f"{entry['ingest']['seconds']:.1f}",
+            f"{entry['ingest']['seconds'] / base['ingest']['seconds']:.2f}",
+            f"{entry['analyze']['seconds']:.1f}",
+            f"{entry['analyze']['seconds'] / base['analyze']['seconds']:.2f}",
+            _rss(entry["analyze"], worker_count),
+        )
+    console.print(table)
+
+    # 2. full analyses at scale
+    table = Table(title="Full analysis (ingest + dependencies + profile)")
+    for column in (
+        "corpus",
+        "MB",
+        "traces",
+        "tool calls",
+        "ingest s",
+        "deps s",
+        "profile s",
+        "total s",
+        "cores",
+        "peak RSS MB",
+    ):
+        table.add_column(column, justify="right" if column != "corpus" else "left")
+    for name in ("scale", "long", "small"):
+        shape, tool_calls, traces = sizes[name]
+        folder, manifest = corpus_for(f"{name}-{mode}", shape, tool_calls, traces)
+        console.print(f"  {name}: {_mb(manifest):,.0f} MB")
+        result = note(measure("analyze", folder, scratch / "analyze.duckdb", workers))
+        phases = result["phases"]
+        label = {
+            "scale": f"{manifest['totals']['tool_calls']:,} tool calls, mixed",
+            "long": f"one {manifest['totals']['tool_calls']:,}-call trace",
+            "small": f"{manifest['totals']['traces']:,} small traces",
+        }[name]
+        table.add_row(
+            label,
+            f"{_mb(manifest):,.0f}",
+            f"{result['traces']:,}",
+            f"{result['tool_calls']:,}",
+            f"{phases['ingest']:.1f}",
+            f"{phases['deps']:.1f}",
+            f"{phases['profile']:.1f}",
+            f"{result['seconds']:.1f}",
+            f"{_cores(result):.2f}",
+            _rss(result, worker_count),
+        )
+    console.print(table)
+    results["load_average_at_end"] = os.getloadavg()
+    shutil.rmtree(scratch, ignore_errors=True)
+    if json_path:
+        for entry in results["measurements"]:
+            entry.pop("folder", None)
+        Path(json_path).write_text(json.dumps(results, indent=1, default=str) + "\n")
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small corpora: under two minutes")
+    parser.add_argument("--json", help="also write every measurement to this JSON file")
+    parser.add_argument("--workers", type=int, help="parsing workers (default: one per CPU)")
+    parser.add_argument("--task", choices=("read_json", "plain", "ingest", "analyze"), help=argparse.SUPPRESS)
+    parser.add_argument("--corpus", help=argparse.SUPPRESS)
+    parser.add_argument("--db", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.task:
+        run_task(args)
+    else:
+        run("quick" if args.quick else "full", args.json, args.workers)
+
+
+if __name__ == "__main__":
+    main()

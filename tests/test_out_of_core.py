@@ -1,0 +1,128 @@
+"""Stores larger than memory: DuckDB settings from the environment, a capped store that spills and
+still gives the same results, the dependency analysis streamed in batches, and per-request logs
+grouped without holding every request."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from traceforge import store
+from traceforge.analysis.dag import analyze_dependencies
+from traceforge.ingest import api_log, ingest_paths
+from traceforge.ingest.sources import Record
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import corpus as bench_corpus  # noqa: E402
+
+ANALYSIS = {
+    "trace_dag": "SELECT * EXCLUDE (settings) FROM trace_dag ORDER BY trace_id",
+    "tool_deps": "SELECT * FROM tool_deps ORDER BY trace_id, src_tool_call_id, dst_tool_call_id, kind",
+    "tool_schedule": "SELECT * FROM tool_schedule ORDER BY trace_id, tool_call_id",
+}
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("ooc") / "logs"
+    bench_corpus.generate(folder, tool_calls=400, file_mb=1)
+    return folder
+
+
+def test_duckdb_settings_come_from_the_environment_and_bad_ones_are_named(monkeypatch, tmp_path):
+    monkeypatch.setenv("TRACEFORGE_MEMORY_LIMIT", "300MB")
+    monkeypatch.setenv("TRACEFORGE_THREADS", "1")
+    monkeypatch.setenv("TRACEFORGE_TEMP_DIRECTORY", str(tmp_path / "spill"))
+    con = store.connect(tmp_path / "a.duckdb")
+    try:
+        limit, threads, temp = con.execute(
+            "SELECT current_setting('memory_limit'), current_setting('threads'), "
+            "current_setting('temp_directory')"
+        ).fetchone()
+    finally:
+        con.close()
+    assert limit.startswith("286") and threads == 1 and temp == str(tmp_path / "spill")
+    monkeypatch.setenv("TRACEFORGE_MEMORY_LIMIT", "lots")
+    with pytest.raises(store.StoreError, match=r"memory_limit='lots'.*TRACEFORGE_MEMORY_LIMIT"):
+        store.connect(tmp_path / "b.duckdb")
+
+
+def test_a_store_capped_below_its_data_gives_the_same_results(monkeypatch, logs, tmp_path):
+    results = {}
+    for name, settings in (("free", {}), ("capped", {"memory_limit": "64MB", "threads": "1"})):
+        for key, value in settings.items():
+            monkeypatch.setenv(store.SETTINGS_FROM_ENV[key], value)
+        if settings:
+            monkeypatch.setenv("TRACEFORGE_TEMP_DIRECTORY", str(tmp_path / "spill"))
+        con = store.connect(tmp_path / f"{name}.duckdb")
+        try:
+            ingest_paths(con, [logs], workers=1)
+            analyze_dependencies(con)
+            # a join and a sort over every message, under the cap
+            results[name] = {table: con.execute(sql).fetchall() for table, sql in ANALYSIS.items()}
+            results[name]["messages"] = con.execute(
+                "SELECT m.trace_id, m.seq, length(m.content), t.workload FROM messages m "
+                "JOIN traces t USING (trace_id) ORDER BY m.content, m.trace_id, m.seq"
+            ).fetchall()
+        finally:
+            con.close()
+    assert results["capped"] == results["free"]
+
+
+def test_the_dependency_analysis_is_read_in_batches(logs, tmp_path):
+    rows = {}
+    for batch_calls in (1_000_000, 50):
+        con = store.connect(tmp_path / f"b{batch_calls}.duckdb")
+        try:
+            ingest_paths(con, [logs], workers=1)
+            summary = analyze_dependencies(con, batch_calls=batch_calls)
+            rows[batch_calls] = (
+                {table: con.execute(sql).fetchall() for table, sql in ANALYSIS.items()},
+                summary,
+            )
+        finally:
+            con.close()
+    (whole, whole_summary), (batched, batched_summary) = rows[1_000_000], rows[50]
+    assert whole_summary["batches"] == 1
+    tool_calls = whole_summary["tool_calls"]
+    assert batched_summary["batches"] >= tool_calls // 50 // 2  # traces are never split between batches
+    assert batched == whole
+
+
+def _log_record(line: int, messages: list[dict], reply: str, conversation: str) -> Record:
+    value = {
+        "request": {"model": "gpt-4.1", "messages": messages},
+        "response": {
+            "id": f"chatcmpl-{line}",
+            "choices": [{"message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 10 * line, "completion_tokens": 5},
+        },
+        "metadata": {"conversation": conversation},
+    }
+    return Record(line=line, value=value, raw=json.dumps(value))
+
+
+def test_a_log_s_conversations_keep_only_their_latest_request():
+    """Each request re-sends the conversation: after a continuation, the request before it is let
+    go (its length and response kept), so memory follows the conversation, not its square."""
+    conversations = api_log.Conversations()
+    keys = api_log.RequestKeys()
+    history: list[dict] = [{"role": "system", "content": "You help."}]
+    exchanges = []
+    for turn in range(1, 6):
+        history.append({"role": "user", "content": f"question {turn}"})
+        exchange = api_log._exchange(_log_record(turn, list(history), f"answer {turn}", "c"), keys)
+        conversations.add(exchange)
+        exchanges.append(exchange)
+        history.append({"role": "assistant", "content": f"answer {turn}"})
+    assert [e.convert_request is None and e.request == [] for e in exchanges] == [True] * 4 + [False]
+    (trace,) = conversations.traces()
+    assert [m.content for m in trace.messages] == [m["content"] for m in history]
+    assert [m.call_index for m in trace.messages if m.role == "assistant"] == [0, 1, 2, 3, 4]
+    # every distinct message was converted once for its key, however often it was re-sent
+    assert len(keys.known) == len(history) - 1

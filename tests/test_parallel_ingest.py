@@ -1,0 +1,241 @@
+"""Parsing in worker processes gives the store a serial ingest gives; big JSON Lines files are
+streamed with the records, rejects and line numbers a whole read gives; the benchmark corpus
+ingests to exactly what its generator says it wrote."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from traceforge import store
+from traceforge.ingest import ingest_paths, stream
+from traceforge.ingest.sources import SourceFile, read_records
+from traceforge.model import Reject
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import corpus as bench_corpus  # noqa: E402
+
+TABLES = {
+    "traces": "trace_id",
+    "llm_calls": "call_id",
+    "tool_calls": "tool_call_id",
+    "messages": "trace_id, seq",
+    "tool_defs": "trace_id, name",
+    "rejects": "source_path, line, error",
+    "sources": "path",
+}
+# Columns that differ between two runs by nature (when a row was written).
+VOLATILE = {"ingested_at", "rejected_at"}
+
+
+def snapshot(db: Path) -> dict[str, list[tuple]]:
+    con = store.connect(db, read_only=True)
+    try:
+        out = {}
+        for table, order in TABLES.items():
+            columns = [
+                row[0]
+                for row in con.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = ? "
+                    "ORDER BY ordinal_position",
+                    [table],
+                ).fetchall()
+                if row[0] not in VOLATILE
+            ]
+            out[table] = con.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY {order}").fetchall()
+        return out
+    finally:
+        con.close()
+
+
+def ingest(db: Path, paths: list[Path], workers: int):
+    con = store.connect(db)
+    try:
+        return ingest_paths(con, paths, workers=workers)
+    finally:
+        con.close()
+
+
+@pytest.fixture(scope="module")
+def small_corpus(tmp_path_factory) -> tuple[Path, dict]:
+    """A corpus of every generated format in several files, with ids that collide across files:
+    a conversation logged again in a second file (its ids are the first file's), and a log that
+    grew (the same file with a record more, under another name)."""
+    folder = tmp_path_factory.mktemp("corpus") / "logs"
+    manifest = bench_corpus.generate(folder, tool_calls=600, file_mb=0.2)
+    logs = sorted(folder.glob("openai-log-*.jsonl"))
+    grown = folder / "zz-openai-log-grown.jsonl"
+    lines = logs[0].read_text().splitlines()
+    grown.write_text("\n".join([*lines, lines[0]]) + "\n")
+    again = sorted(folder.glob("transcripts-*.jsonl"))[0].read_bytes() + b"\n"
+    (folder / "zz-transcripts-again.jsonl.gz").write_bytes(gzip.compress(again))
+    assert manifest.files
+    return folder, json.loads((folder / bench_corpus.MANIFEST).read_text())
+
+
+def test_workers_give_the_store_a_serial_ingest_gives(small_corpus, tmp_path):
+    folder, _ = small_corpus
+    serial = ingest(tmp_path / "serial.duckdb", [folder], workers=1)
+    parallel = ingest(tmp_path / "parallel.duckdb", [folder], workers=2)
+    assert [f.status for f in parallel.files] == [f.status for f in serial.files]
+    assert parallel.totals() == serial.totals()
+    # the copies collided with the originals' ids: they were given the fallback ids in both runs
+    expected = snapshot(tmp_path / "serial.duckdb")
+    assert any("@" in row[0] for row in expected["traces"])
+    assert snapshot(tmp_path / "parallel.duckdb") == expected
+
+
+def test_workers_replace_a_changed_file_and_skip_unchanged_ones(small_corpus, tmp_path):
+    folder, _ = small_corpus
+    work = tmp_path / "logs"
+    shutil.copytree(folder, work)
+    for workers in (1, 2):
+        db = tmp_path / f"store-{workers}.duckdb"
+        ingest(db, [work], workers=workers)
+    changed = sorted(work.glob("openai-log-*.jsonl"))[0]
+    changed.write_text("\n".join(changed.read_text().splitlines()[:-1]) + "\n")
+    reports = {
+        workers: ingest(tmp_path / f"store-{workers}.duckdb", [work], workers=workers) for workers in (1, 2)
+    }
+    for report in reports.values():
+        statuses = {Path(f.path).name: f.status for f in report.files}
+        assert statuses.pop(changed.name) == "changed"
+        assert set(statuses.values()) == {"unchanged"}
+    assert snapshot(tmp_path / "store-1.duckdb") == snapshot(tmp_path / "store-2.duckdb")
+
+
+def test_the_corpus_ingests_to_what_its_generator_wrote(small_corpus, tmp_path):
+    folder, manifest = small_corpus
+    db = tmp_path / "store.duckdb"
+    ingest(db, [folder], workers=2)
+    con = store.connect(db, read_only=True)
+    try:
+        for written in manifest["files"]:
+            path = str(folder / written["name"])
+            traces, llm_calls, tool_calls = con.execute(
+                """
+                SELECT count(DISTINCT t.trace_id), count(DISTINCT c.call_id), count(DISTINCT tc.tool_call_id)
+                FROM traces t
+                LEFT JOIN llm_calls c USING (trace_id)
+                LEFT JOIN tool_calls tc USING (trace_id)
+                WHERE t.source_path = ?
+                """,
+                [path],
+            ).fetchone()
+            assert (traces, llm_calls, tool_calls) == (
+                written["traces"],
+                written["llm_calls"],
+                written["tool_calls"],
+            ), written["name"]
+            records, rejected = con.execute(
+                "SELECT records, rejected FROM sources WHERE path = ?", [path]
+            ).fetchone()
+            assert (records, rejected) == (written["records"], 0), written["name"]
+    finally:
+        con.close()
+
+
+def test_the_corpus_follows_a_power_law_and_mixes_long_and_short_runs(small_corpus):
+    folder, manifest = small_corpus
+    formats = {f["format"] for f in manifest["files"]}
+    assert formats == set(bench_corpus.FORMATS)
+    workloads: dict[str, int] = {}
+    lengths = []
+    for path in folder.glob("transcripts-*.jsonl"):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            name = record["messages"][0]["content"].split(".")[0]
+            workloads[name] = workloads.get(name, 0) + 1
+            lengths.append(sum(len(m.get("tool_calls") or []) for m in record["messages"]))
+    assert max(lengths) >= 10 * min(lengths)
+    assert len(workloads) >= 3
+
+
+# --- streaming ----------------------------------------------------------------------------------
+
+
+def _whole(path: Path) -> tuple[list[tuple], list[Reject]]:
+    rejects: list[Reject] = []
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    records = [
+        (r.line, r.value, r.raw) for r in read_records(SourceFile(path, data, "", len(data), False), rejects)
+    ]
+    return records, rejects
+
+
+def _streamed(path: Path) -> tuple[list[tuple], list[Reject], bool]:
+    rejects: list[Reject] = []
+    opened = stream.open_records(path, rejects)
+    records = [(r.line, r.value, r.raw) for r in opened.records]
+    return records, rejects, opened.streamed
+
+
+def _messy_lines(count: int) -> list[bytes]:
+    lines = []
+    for n in range(count):
+        record = {"n": n, "text": "x" * (n % 50)}
+        if n % 97 == 5:
+            lines.append(b'{"n": ' + str(n).encode() + b', "cut')  # a truncated line
+        elif n % 89 == 7:
+            lines.append(b"")  # a blank line
+        elif n % 83 == 3:
+            lines.append(json.dumps(record).encode() + b"\r")  # CRLF endings in part of the file
+        elif n % 79 == 2:
+            lines.append(b'{"bad": "\xff\xfe"}')  # not UTF-8
+        else:
+            lines.append(json.dumps(record).encode())
+    return lines
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_a_big_json_lines_file_streams_to_what_a_whole_read_gives(tmp_path, monkeypatch, compressed):
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 1024)
+    data = b"\xef\xbb\xbf" + b"\n".join(_messy_lines(1500)) + b"\n"
+    path = tmp_path / ("big.jsonl.gz" if compressed else "big.jsonl")
+    path.write_bytes(gzip.compress(data) if compressed else data)
+    records, rejects, streamed = _streamed(path)
+    assert streamed
+    expected_records, expected_rejects = _whole(path)
+    assert records == expected_records
+    assert [(r.line, r.error, r.raw) for r in rejects] == [(r.line, r.error, r.raw) for r in expected_rejects]
+    assert len(rejects) > 20
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "[" + ",".join(json.dumps({"n": n, "pad": "y" * 40}) for n in range(200)) + "]\n",  # one-line array
+        json.dumps({f"key{n}": n for n in range(100)}, indent=2),  # a pretty-printed document
+        "a,b\n" + "\n".join(f"{n},{n * 2}" for n in range(300)) + "\n",  # CSV
+        "garbage first line\n" + "\n".join(json.dumps({"n": n}) for n in range(300)) + "\n",
+    ],
+    ids=["json-array-line", "pretty-document", "csv", "first-line-not-json"],
+)
+def test_what_is_not_plain_json_lines_is_read_whole_as_before(tmp_path, monkeypatch, content):
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 256)
+    path = tmp_path / "file.json"
+    path.write_text(content)
+    records, rejects, streamed = _streamed(path)
+    assert not streamed
+    expected_records, expected_rejects = _whole(path)
+    assert records == expected_records
+    assert [(r.line, r.error) for r in rejects] == [(r.line, r.error) for r in expected_rejects]
+
+
+def test_gzip_data_that_breaks_off_midway_fails_the_file_with_the_reason(tmp_path, monkeypatch):
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 512)
+    data = gzip.compress(b"\n".join(json.dumps({"n": n, "p": "z" * 30}).encode() for n in range(2000)))
+    path = tmp_path / "cut.jsonl.gz"
+    path.write_bytes(data[: len(data) // 2])
+    opened = stream.open_records(path, [])
+    with pytest.raises(stream.SourceError, match="corrupt or truncated gzip"):
+        list(opened.records)

@@ -1,0 +1,224 @@
+"""`traceforge export parquet` and `traceforge lake`: the store as a hive-partitioned Parquet dataset,
+read back as a store, and the per-trace analysis run partition by partition (locally, and on a local
+Ray instance where Ray is installed)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from traceforge import lake, store
+from traceforge.analysis.dag import analyze_dependencies
+from traceforge.cli import cli
+from traceforge.ingest import ingest_paths
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import corpus as bench_corpus  # noqa: E402
+
+DAG_COLUMNS = "* EXCLUDE (settings)"
+ANALYSIS_ORDER = {
+    "trace_dag": "trace_id",
+    "tool_deps": "trace_id, src_tool_call_id, dst_tool_call_id, kind",
+    "tool_schedule": "trace_id, tool_call_id",
+}
+
+
+@pytest.fixture(scope="module")
+def analysed_store(tmp_path_factory) -> Path:
+    """A store of every generated format, with its dependency analysis."""
+    folder = tmp_path_factory.mktemp("lake")
+    bench_corpus.generate(folder / "logs", tool_calls=500, file_mb=0.5)
+    db = folder / "store.duckdb"
+    con = store.connect(db)
+    try:
+        ingest_paths(con, [folder / "logs"], workers=1)
+        analyze_dependencies(con)
+    finally:
+        con.close()
+    return db
+
+
+def rows(db: Path, sql: str) -> list[tuple]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def analysis_rows(db: Path) -> dict[str, list[tuple]]:
+    return {
+        table: rows(
+            db, f"SELECT {DAG_COLUMNS if table == 'trace_dag' else '*'} FROM {table} ORDER BY {order}"
+        )
+        for table, order in ANALYSIS_ORDER.items()
+    }
+
+
+def export(runner, db: Path, out: Path, *extra: str):
+    return runner.invoke(cli, ["export", "parquet", "--db", str(db), "--out", str(out), *extra])
+
+
+def test_every_table_is_written_partitioned_by_source_format_and_day(runner, analysed_store, tmp_path):
+    out = tmp_path / "lake"
+    result = export(runner, analysed_store, out, "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    expected_partitions = rows(
+        analysed_store,
+        "SELECT source_format, CAST(timezone('UTC', started_at) AS DATE), count(*) FROM traces "
+        "GROUP BY ALL ORDER BY ALL",
+    )
+    assert [(p["source_format"], p["day"], p["traces"]) for p in report["partitions"]] == [
+        (f, d.isoformat() if d else None, n) for f, d, n in expected_partitions
+    ]
+    folders = {
+        p.parent.relative_to(out / "tool_calls").as_posix() for p in (out / "tool_calls").rglob("*.parquet")
+    }
+    assert "source_format=otlp" in {f.split("/")[0] for f in folders}
+    assert all(f.split("/")[1].startswith("day=") for f in folders)
+    con = duckdb.connect()
+    for table, count in report["tables"].items():
+        assert count == rows(analysed_store, f"SELECT count(*) FROM {table}")[0][0]
+        partitioned = table in lake.TRACE_TABLES
+        pattern = out / table / ("**/*.parquet" if partitioned else "*.parquet")
+        columns = [
+            name for name, _ in json.loads((out / lake.MANIFEST).read_text())["tables"][table]["columns"]
+        ]
+        selected = ", ".join(f'"{c}"' for c in columns)
+        hive = str(partitioned).lower()
+        from_lake = con.execute(
+            f"SELECT {selected} FROM read_parquet('{pattern}', hive_partitioning = {hive}) ORDER BY ALL"
+        ).fetchall()
+        assert from_lake == rows(analysed_store, f"SELECT {selected} FROM {table} ORDER BY ALL"), table
+    # all rows of a trace sit in its trace's partition, in every table
+    misplaced = con.execute(
+        f"""
+        SELECT count(*) FROM read_parquet('{out}/tool_calls/**/*.parquet', hive_partitioning = true) c
+        JOIN read_parquet('{out}/traces/**/*.parquet', hive_partitioning = true) t USING (trace_id)
+        WHERE c.source_format <> t.source_format OR c.day IS DISTINCT FROM t.day
+        """
+    ).fetchone()[0]
+    assert misplaced == 0
+
+
+def test_a_second_export_replaces_the_first_and_a_foreign_folder_is_refused(runner, analysed_store, tmp_path):
+    out = tmp_path / "lake"
+    assert export(runner, analysed_store, out).exit_code == 0
+    stale = out / "traces" / "source_format=stale" / "day=2001-01-01"
+    stale.mkdir(parents=True)
+    (stale / "data_0.parquet").write_bytes(b"old")
+    assert export(runner, analysed_store, out).exit_code == 0
+    assert not stale.exists()
+    foreign = tmp_path / "photos"
+    foreign.mkdir()
+    (foreign / "cat.jpg").write_bytes(b"\xff\xd8")
+    result = export(runner, analysed_store, foreign)
+    assert result.exit_code == 1
+    assert "not empty" in result.output and (foreign / "cat.jpg").exists()
+
+
+def test_dataset_options_are_refused_for_parquet(runner, analysed_store, tmp_path):
+    result = export(runner, analysed_store, tmp_path / "lake", "--workload", "support-agent")
+    assert result.exit_code == 2
+    assert "--workload" in result.output
+
+
+def test_an_attached_store_reads_the_lake_and_analyses_it_as_the_original(runner, analysed_store, tmp_path):
+    out = tmp_path / "lake"
+    assert export(runner, analysed_store, out).exit_code == 0
+    attached = tmp_path / "attached.duckdb"
+    result = runner.invoke(cli, ["lake", "attach", str(out), "--db", str(attached), "--json"])
+    assert result.exit_code == 0, result.output
+    assert (
+        json.loads(result.output)["rows"]["tool_calls"]
+        == rows(analysed_store, "SELECT count(*) FROM tool_calls")[0][0]
+    )
+    summary = "SELECT * FROM v_trace_summary ORDER BY trace_id"
+    assert rows(attached, summary) == rows(analysed_store, summary)
+    result = runner.invoke(cli, ["deps", "--db", str(attached), "--json"])
+    assert result.exit_code == 0, result.output
+    assert analysis_rows(attached) == analysis_rows(analysed_store)
+    result = runner.invoke(cli, ["profile", "--db", str(attached), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert rows(attached, "SELECT count(*) FROM workloads")[0][0] > 0
+
+
+def test_attaching_to_a_store_with_data_of_its_own_is_refused(runner, analysed_store, tmp_path):
+    out = tmp_path / "lake"
+    assert export(runner, analysed_store, out).exit_code == 0
+    result = runner.invoke(cli, ["lake", "attach", str(out), "--db", str(analysed_store)])
+    assert result.exit_code == 1
+    assert "already holds ingested data" in result.output
+
+
+def test_a_folder_without_a_lake_and_an_unreadable_url_fail_with_the_reason(runner, tmp_path):
+    result = runner.invoke(cli, ["lake", "attach", str(tmp_path), "--db", str(tmp_path / "a.duckdb")])
+    assert result.exit_code == 1 and "holds no traceforge lake" in result.output
+    result = runner.invoke(cli, ["lake", "attach", "ftp://host/lake", "--db", str(tmp_path / "b.duckdb")])
+    assert result.exit_code == 1 and "unknown URL scheme" in result.output
+    # Object storage goes through DuckDB's httpfs: where it cannot be loaded (no network to fetch it)
+    # or the bucket cannot be read, the error says so; no traceback either way.
+    result = runner.invoke(
+        cli, ["lake", "attach", "s3://traceforge-no-such-bucket/lake", "--db", str(tmp_path / "c.duckdb")]
+    )
+    assert result.exit_code == 1 and "s3://traceforge-no-such-bucket/lake" in result.output
+
+
+def test_the_analysis_partition_by_partition_gives_the_store_s_rows(runner, analysed_store, tmp_path):
+    out = tmp_path / "lake"
+    assert export(runner, analysed_store, out).exit_code == 0
+    results = tmp_path / "results"
+    result = runner.invoke(cli, ["lake", "deps", str(out), "--out", str(results), "--json"])
+    assert result.exit_code == 0, result.output
+    totals = json.loads(result.output)
+    assert totals["trace_dag"] == rows(analysed_store, "SELECT count(*) FROM trace_dag")[0][0]
+    parts = lake.partitions(str(out))
+    assert len(parts) > 3
+    loaded = tmp_path / "loaded.duckdb"
+    result = runner.invoke(cli, ["lake", "load", str(results), "--db", str(loaded)])
+    assert result.exit_code == 0, result.output
+    assert analysis_rows(loaded) == analysis_rows(analysed_store)
+
+
+def test_the_analysis_runs_on_a_local_ray_instance(analysed_store, tmp_path):
+    ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install 'traceforge[ray]'")
+    from traceforge.lake_ray import analyze_lake_on_ray
+
+    out = tmp_path / "lake"
+    con = store.connect(analysed_store, read_only=True)
+    try:
+        lake.export_parquet(con, out)
+    finally:
+        con.close()
+    results = tmp_path / "results"
+    try:
+        totals = analyze_lake_on_ray(str(out), str(results))
+    finally:
+        ray.shutdown()
+    assert totals["partitions"] == len(lake.partitions(str(out)))
+    loaded = tmp_path / "loaded.duckdb"
+    con = store.connect(loaded)
+    try:
+        lake.load_analysis(con, str(results))
+    finally:
+        con.close()
+    assert analysis_rows(loaded) == analysis_rows(analysed_store)
+
+
+def test_the_single_machine_path_does_not_import_ray(tmp_path):
+    import subprocess
+
+    code = (
+        "import sys, traceforge.lake, traceforge.cli.lake, traceforge.cli;"
+        "traceforge.cli._register_verbs() if hasattr(traceforge.cli, '_register_verbs') else None;"
+        "print('ray' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
