@@ -161,16 +161,24 @@ def test_analysis_is_incremental_and_recomputes_on_other_settings(con, tmp_path)
         analyze_dependencies(con, "reckless")
 
 
-def test_small_batches_give_the_same_tables(tmp_path):
+def test_batches_and_worker_processes_give_the_same_tables(tmp_path):
     traces = [weather_trace(f"w{i}", ["Oslo", "Lima", "Quito"][: 1 + i % 3]) for i in range(6)]
     traces += [chain_trace(f"d{i}") for i in range(4)]
     tables = []
-    for batch_calls in (1, 7, 10_000):
-        con = store.connect(tmp_path / f"s{batch_calls}.duckdb")
-        folder = tmp_path / f"in{batch_calls}"
+    # serial in batches of one call, of 7 and whole; then two worker processes, batches of 7
+    for run, (batch_calls, workers) in enumerate(((1, 1), (7, 1), (10_000, 1), (7, 2))):
+        con = store.connect(tmp_path / f"s{run}.duckdb")
+        folder = tmp_path / f"in{run}"
         folder.mkdir()
         load(con, folder, *traces)
-        analyze_dependencies(con, batch_calls=batch_calls)
+        progress = []
+        summary = analyze_dependencies(
+            con,
+            batch_calls=batch_calls,
+            workers=workers,
+            on_progress=lambda done, total: progress.append(done),
+        )
+        assert progress[-1] == summary["analysed_now"] == 10
         tables.append(
             [
                 con.execute(f"SELECT * EXCLUDE (settings) FROM {t} ORDER BY ALL").fetchall()
@@ -180,7 +188,7 @@ def test_small_batches_give_the_same_tables(tmp_path):
             ]
         )
         con.close()
-    assert tables[0] == tables[1] == tables[2]
+    assert tables[0] == tables[1] == tables[2] == tables[3]
     assert len(tables[0][2]) == 10
 
 

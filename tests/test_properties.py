@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from seed_traces import SEEDS, dump, get_at, paths_in, read_back, read_seed, replace_at
 
 from traceforge import store
+from traceforge.analysis import deps
 from traceforge.analysis.dag import schedule
 from traceforge.analysis.deps import infer, read_traces
 from traceforge.ingest import detect, openai_chat, tau2
@@ -290,3 +291,22 @@ def test_an_unrelated_call_never_removes_a_dependency(messages, data):
     after, _ = analysed(changed)
     for mode in ("conservative", "loose"):
         assert edge_pairs(before, mode) <= edge_pairs(after, mode), mode
+
+
+# Text made of the characters tokenisation turns on: word characters, the in-token punctuation,
+# separators, digits with commas and dots, URLs, and a few non-ASCII letters and spaces.
+_TOKENISER_TEXT = st.lists(
+    st.sampled_from([*"abZ09_-./@ ,:;\n\t\"'(){}[]<>`$", "://", "1,234", "4.50", "é", "ß", "\u2014"]),
+    max_size=60,
+).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_TOKENISER_TEXT)
+def test_the_split_tokeniser_gives_the_regular_expression_s_tokens(text):
+    """`tokens` splits ASCII text rather than matching `_TOKEN` per token, and `token_set` strips
+    only ragged runs: both must give exactly what the regular expression gives."""
+    folded = deps._THOUSANDS.sub("", text).casefold()
+    expected = [deps.canonical(t) if "." in t else t for t in deps._TOKEN.findall(folded)]
+    assert deps.tokens(text) == expected
+    assert deps.token_set(text) == set(expected)

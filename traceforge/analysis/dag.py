@@ -36,8 +36,18 @@ import duckdb
 import networkx as nx
 import polars as pl
 
-from traceforge.analysis.deps import Edge, Inference, TraceInput, infer, read_traces
+from traceforge.analysis.deps import (
+    Edge,
+    Inference,
+    TraceInput,
+    TraceRows,
+    infer,
+    read_trace_rows,
+    read_traces,
+    trace_input,
+)
 from traceforge.analysis.effects import MODES, DepsConfig
+from traceforge.workers import default_workers, ordered_map
 
 # Bump when inference or scheduling changes what they write: stored results of another version are
 # recomputed by the next analysis.
@@ -256,6 +266,8 @@ def settings_key(mode: str, config: DepsConfig) -> str:
 
 
 ProgressCallback = Callable[[int, int], None]
+# Below this many tool calls to analyse, starting worker processes costs more than it saves.
+PARALLEL_MIN_CALLS = 20_000
 
 
 def analyze_dependencies(
@@ -266,6 +278,7 @@ def analyze_dependencies(
     recompute: bool = False,
     on_progress: ProgressCallback | None = None,
     batch_calls: int = BATCH_CALLS,
+    workers: int | None = None,
 ) -> dict[str, Any]:
     """Infer dependencies and parallel schedules for every trace with tool calls; return a summary.
 
@@ -276,6 +289,10 @@ def analyze_dependencies(
     follows the largest batch, not the store. `on_progress(traces_done, traces_total)` is called
     after each batch.
 
+    Each trace is analysed on its own, so batches go to `workers` processes (`traceforge.workers`;
+    by default one per CPU when there are over `PARALLEL_MIN_CALLS` tool calls to analyse) while
+    this process reads the next batch and writes the finished ones; every way gives the same rows.
+
     >>> con = store.connect("traceforge.duckdb")                   # doctest: +SKIP
     >>> analyze_dependencies(con)["turns_saved"]                    # doctest: +SKIP
     1234
@@ -285,55 +302,74 @@ def analyze_dependencies(
     settings = settings_key(mode, config)
     con.execute("DROP TABLE IF EXISTS _tf_dag_todo")
     con.execute(
-        f"""
+        """
         CREATE TEMP TABLE _tf_dag_todo AS
-        SELECT trace_id, floor(sum(n) OVER (ORDER BY trace_id) / {int(batch_calls)})::BIGINT AS batch
+        SELECT trace_id, n, sum(n) OVER (ORDER BY trace_id) AS running
         FROM (SELECT trace_id, count(*) AS n FROM tool_calls GROUP BY trace_id) calls
         WHERE ? OR trace_id NOT IN (SELECT trace_id FROM trace_dag WHERE settings = ?)
         """,
         [recompute, settings],
     )
-    total, batches = con.execute("SELECT count(*), count(DISTINCT batch) FROM _tf_dag_todo").fetchall()[0]
+    todo = con.execute("SELECT trace_id, n, running FROM _tf_dag_todo ORDER BY trace_id").fetchall()
+    con.execute("DROP TABLE IF EXISTS _tf_dag_todo")
+    total_calls = todo[-1][2] if todo else 0
+    count = workers if workers is not None else default_workers()
+    count = max(1, count) if total_calls > PARALLEL_MIN_CALLS or workers is not None else 1
+    # Each batch is split in `count` parts so every worker has a share of it.
+    part_calls = max(1, batch_calls // count)
+    parts = [list(group) for _, group in itertools.groupby(todo, key=lambda row: (row[2] - 1) // part_calls)]
+
+    def read_parts() -> Any:
+        for part in parts:
+            yield read_trace_rows(con, [trace_id for trace_id, _, _ in part])
+
+    shared = (mode, config, settings)
     done = 0
     con.execute("BEGIN TRANSACTION")
     try:
         for table in ("tool_deps", "tool_schedule", "trace_dag"):
-            con.execute(f"DELETE FROM {table} WHERE trace_id IN (SELECT trace_id FROM _tf_dag_todo)")
-        for (batch,) in con.execute("SELECT DISTINCT batch FROM _tf_dag_todo ORDER BY 1").fetchall():
-            ids = [
-                row[0]
-                for row in con.execute(
-                    "SELECT trace_id FROM _tf_dag_todo WHERE batch = ? ORDER BY trace_id", [batch]
-                ).fetchall()
-            ]
-            rows = _Rows()
-            for trace in read_traces(con, ids):
-                rows.add(trace, mode, config, settings)
+            con.execute(
+                f"DELETE FROM {table} WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))",
+                [[trace_id for trace_id, _, _ in todo]],
+            )
+        if count > 1:
+            results = ordered_map("traceforge.analysis.dag:analyze_trace_rows", read_parts(), count, shared)
+        else:
+            results = (analyze_trace_rows(*shared, rows) for rows in read_parts())
+        for rows in results:
             rows.write(con)
-            done += len(ids)
+            done += rows.traces
             if on_progress:
-                on_progress(done, total)
+                on_progress(done, len(todo))
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
         raise
-    finally:
-        con.execute("DROP TABLE IF EXISTS _tf_dag_todo")
     summary = summarize_dependencies(con)
-    summary["analysed_now"] = total
-    summary["batches"] = batches
+    summary["analysed_now"] = len(todo)
+    summary["batches"] = len(parts)
     return summary
+
+
+def analyze_trace_rows(mode: str, config: DepsConfig, settings: str, traces: list[TraceRows]) -> _Rows:
+    """The rows of `traces` (as `read_trace_rows` gives them): what one batch, or a worker, computes."""
+    rows = _Rows()
+    for trace in traces:
+        rows.add(trace_input(*trace), mode, config, settings)
+    return rows
 
 
 class _Rows:
     """Rows of one batch for tool_deps, tool_schedule and trace_dag."""
 
     def __init__(self) -> None:
+        self.traces = 0
         self.deps: dict[str, list] = {k: [] for k in _DEPS_SCHEMA}
         self.calls: dict[str, list] = {k: [] for k in _SCHEDULE_SCHEMA}
         self.dags: dict[str, list] = {k: [] for k in _DAG_SCHEMA}
 
     def add(self, trace: TraceInput, mode: str, config: DepsConfig, settings: str) -> None:
+        self.traces += 1
         inference = infer(trace, config)
         chosen = schedule(inference, mode, config)
         other_mode = "loose" if mode == "conservative" else "conservative"

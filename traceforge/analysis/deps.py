@@ -42,7 +42,7 @@ import difflib
 import functools
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,6 +110,14 @@ _UNSATISFYING = re.compile(
 )
 
 
+# A token is a run of word characters and `-./@` with that punctuation stripped from its ends: in
+# ASCII text, splitting on every ASCII character that cannot be in a token gives the same tokens
+# as _TOKEN without running a regular expression per token.
+_TOKEN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./@")
+_SEPARATORS = str.maketrans({chr(c): " " for c in range(128) if chr(c) not in _TOKEN_CHARS})
+_EDGE_PUNCTUATION = "-./@"
+
+
 def canonical(token: str) -> str:
     """A token as the index keys it: numbers in one spelling (42.50 -> 42.5, 7.0 -> 7)."""
     if token[0].isdigit() and "." in token and _DECIMAL.fullmatch(token):
@@ -129,10 +137,37 @@ def tokens(text: str) -> list[str]:
     ['src/app.py', '12', 'def', 'main', 'https://x.dev/a?b=1']
     """
     folded = _THOUSANDS.sub("", text).casefold()
-    found = _TOKEN.findall(folded)
+    if folded.isascii() and "://" not in folded:  # see token_set: the same tokens, split not matched
+        found = [
+            w for w in (run.strip(_EDGE_PUNCTUATION) for run in folded.translate(_SEPARATORS).split()) if w
+        ]
+    else:
+        found = _TOKEN.findall(folded)
     if not _HAS_DECIMAL.search(folded):
         return found  # no decimal number in the text: every token is already canonical
     return [canonical(t) if "." in t else t for t in found]
+
+
+def token_set(text: str) -> set[str]:
+    """`set(tokens(text))`, faster: only the runs with punctuation at an end are stripped, once
+    each, and numbers are canonicalised only where the text holds a decimal.
+
+    >>> sorted(token_set("Order W-1043 costs $1,234.50 (see /tmp/a.txt)."))
+    ['1234.5', 'costs', 'order', 'see', 'tmp/a.txt', 'w-1043']
+    """
+    if not text.isascii() or "://" in text:
+        return set(tokens(text))
+    folded = _THOUSANDS.sub("", text).casefold()
+    found = set(folded.translate(_SEPARATORS).split())
+    ragged = {w for w in found if w[0] in _EDGE_PUNCTUATION or w[-1] in _EDGE_PUNCTUATION}
+    if ragged:
+        found -= ragged
+        found.update(w for w in (r.strip(_EDGE_PUNCTUATION) for r in ragged) if w)
+    if _HAS_DECIMAL.search(folded):
+        decimals = found.intersection(_DECIMAL.findall(folded))
+        found -= decimals
+        found.update(map(canonical, decimals))
+    return found
 
 
 def _is_number(token: str) -> bool:
@@ -268,6 +303,15 @@ FALLBACK_BASE = 10**9  # positions of calls a trace's messages do not show, afte
 
 def read_traces(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> list[TraceInput]:
     """Load the tool calls, messages, tool definitions and LLM calls of `trace_ids` from the store."""
+    return [trace_input(*rows) for rows in read_trace_rows(con, trace_ids)]
+
+
+TraceRows = tuple[str, str | None, list[tuple], list[tuple], list[tuple], list[tuple]]
+
+
+def read_trace_rows(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> list[TraceRows]:
+    """The store rows `trace_input` assembles a trace from, per trace in `trace_ids`: plain tuples,
+    cheap to send to a worker process."""
     if not trace_ids:
         return []
     frame = pl.DataFrame({"trace_id": trace_ids}, schema={"trace_id": pl.Utf8})
@@ -320,7 +364,7 @@ def read_traces(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> list[Tr
     finally:
         con.unregister("_tf_dep_ids")
     return [
-        trace_input(
+        (
             tid,
             workloads.get(tid),
             calls.get(tid, []),
@@ -666,25 +710,23 @@ class _Index:
         self.first: dict[str, int] = {}
         self.anchors = anchors
         self.postings: dict[str, list[int]] = {}
-        self.texts: dict[int, str] = {}
+        # Events holding an anchor: their tokens joined, or (token set, raw text) until a phrase
+        # whose every word they hold is looked for in them (most never are).
+        self.texts: dict[int, str | tuple[Collection[str], str]] = {}
 
-    def add(self, event: int, words: list[str]) -> int:
-        """Index one event's tokens; returns how many significant tokens it was the first to hold."""
-        new = 0
+    def add(self, event: int, words: Collection[str], text: str = "") -> bool:
+        """Index one event's tokens (a list in text order, or the set of them with the `text` they
+        came from); returns whether it was the first to hold a significant token.
+
+        Set operations keep the per-token work in C: a trace's results hold most of its tokens."""
         first = self.first
-        anchors = self.anchors
-        for word in words:
-            if word not in first:
-                first[word] = event
-                if token_confidence(word):
-                    new += 1
-            if word in anchors:
-                posting = self.postings.setdefault(word, [])
-                if not posting or posting[-1] != event:
-                    posting.append(event)
-                    if event not in self.texts:
-                        self.texts[event] = " " + " ".join(words) + " "
-        return new
+        fresh = set(words).difference(first)
+        first.update(dict.fromkeys(fresh, event))
+        if self.anchors and not self.anchors.isdisjoint(words):
+            self.texts[event] = " " + " ".join(words) + " " if isinstance(words, list) else (words, text)
+            for word in self.anchors.intersection(words):
+                self.postings.setdefault(word, []).append(event)
+        return any(map(token_confidence, fresh))
 
     def first_source(self, words: tuple[str, ...]) -> int | None:
         """The first event holding `words` (consecutive), or None."""
@@ -692,7 +734,13 @@ class _Index:
             return self.first.get(words[0])
         needle = " " + " ".join(words) + " "
         for event in self.postings.get(_anchor(words), ()):
-            if needle in self.texts[event]:
+            text = self.texts[event]
+            if isinstance(text, tuple):
+                held, raw = text
+                if not held.issuperset(words):
+                    continue
+                text = self.texts[event] = " " + " ".join(tokens(raw)) + " "
+            if needle in text:
                 return event
         return None
 
@@ -804,16 +852,18 @@ def infer(trace: TraceInput, config: DepsConfig | None = None) -> Inference:
         number = len(sources)
         sources.append((event.kind, event.ref))
         if event.kind in ("context", "thought", "id"):
-            words = tokens(event.text) if event.text else []
             if event.kind == "thought":
+                words = tokens(event.text) if event.text else []
                 quoted = _quoted_results(words, index, sources, informative, turn_words.get(event.ref, set()))
                 if quoted:
                     quotes[event.ref] = quoted
-            index.add(number, words)
+                index.add(number, words)
+            else:
+                index.add(number, token_set(event.text) if event.text else set(), event.text)
             continue
         call = calls[event.ref]
         if event.kind == "result":
-            new = index.add(number, tokens(event.text) if event.text else [])
+            new = index.add(number, token_set(event.text) if event.text else set(), event.text)
             if call.segment == segment:
                 _record_result(call, new, state, informative)
             continue

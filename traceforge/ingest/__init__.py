@@ -27,6 +27,7 @@ from traceforge.ingest.sources import SourceError, expand_paths, sha256_file
 from traceforge.ingest.stream import ContentError, open_records
 from traceforge.ingest.writer import ParsedFile
 from traceforge.model import ParseResult, Reject
+from traceforge.workers import default_workers
 
 # Files are written together until a batch holds about this many rows, or this many bytes of rows
 # (a batch is held in memory until it is written).
@@ -150,7 +151,7 @@ def _worker_count(workers: int | None, files: list[Path]) -> int:
         return max(1, min(workers, len(files)))
     if len(files) < 2 or sum(_size(path) for path in files) < parallel.PARALLEL_MIN_BYTES:
         return 1
-    return max(1, min(parallel.default_workers(), len(files)))
+    return max(1, min(default_workers(), len(files)))
 
 
 def _outcome_here(

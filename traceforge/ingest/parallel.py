@@ -9,44 +9,27 @@ collide (the same conversation id ingested from another file, a source that reus
 across files) is parsed again here and given its ids by `writer`, exactly as the serial ingest
 would. So the store ends up the same whichever way a file went.
 
-Workers are plain subprocesses fed over pipes (see `_Worker` for why not multiprocessing), and at
-most two files per worker are in flight, so memory stays bounded by a few files' rows however many
-files there are.
+The workers are `traceforge.workers` processes: at most two files per worker are in flight, so
+memory stays bounded by a few files' rows however many files there are.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import pickle
-import queue
-import struct
-import subprocess
-import sys
-import threading
-import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import duckdb
 import polars as pl
 
 from traceforge.ingest import writer
 from traceforge.ingest.sources import sha256_file
+from traceforge.workers import ordered_map
 
 # Below this many bytes of input, starting worker processes costs more than it saves.
 PARALLEL_MIN_BYTES = 32 << 20
 ID_COLUMNS = {"traces": "trace_id", "llm_calls": "call_id", "tool_calls": "tool_call_id"}
-
-
-def default_workers() -> int:
-    """One worker per CPU this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 @dataclass
@@ -79,10 +62,6 @@ class Prepared:
         return sum(frame.estimated_size() for frame in self.frames.values())
 
 
-class WorkerError(RuntimeError):
-    """A parsing worker failed: its traceback, or how it died."""
-
-
 def prepare_file(path_text: str, fmt: str, known: dict[str, str], shas: set[str]) -> Outcome:
     """Hash and parse one file into rows, as a worker does (`known`: path -> sha256 in the store,
     `shas`: its values)."""
@@ -107,120 +86,15 @@ def prepare_file(path_text: str, fmt: str, known: dict[str, str], shas: set[str]
     return Outcome(path_text, sha, "parsed", prepared=Prepared(path_text, sha, report, frames))
 
 
-def _send(stream: BinaryIO, value: Any) -> None:
-    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(struct.pack("<Q", len(data)))
-    stream.write(data)
-    stream.flush()
-
-
-def _receive(stream: BinaryIO) -> Any:
-    header = stream.read(8)
-    if len(header) < 8:
-        raise EOFError
-    (size,) = struct.unpack("<Q", header)
-    return pickle.loads(stream.read(size))
-
-
-class _Worker:
-    """A parsing process (a fresh Python running `_serve`), fed file paths over a pipe.
-
-    A plain subprocess rather than multiprocessing: a worker never re-imports the caller's main
-    script (a script without an `if __name__ == "__main__"` guard would ingest again in each
-    worker) and never inherits this process's threads (DuckDB's, polars') through fork."""
-
-    def __init__(self, fmt: str, known: dict[str, str], results: queue.Queue) -> None:
-        package_root = str(Path(__file__).resolve().parents[2])
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", "from traceforge.ingest import parallel; parallel._serve()"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=env,
-        )
-        _send(self.process.stdin, (fmt, known))
-        self.in_flight = 0
-        self.reader = threading.Thread(target=self._read, args=(results,), daemon=True)
-        self.reader.start()
-
-    def submit(self, index: int, path: Path) -> None:
-        self.in_flight += 1
-        _send(self.process.stdin, (index, str(path)))
-
-    def _read(self, results: queue.Queue) -> None:
-        while True:
-            try:
-                message = _receive(self.process.stdout)
-            except (EOFError, OSError, pickle.UnpicklingError):
-                results.put((None, self, None))
-                return
-            results.put((*message, self))
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.process.stdin.close()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+def _prepare(fmt: str, known: dict[str, str], shas: set[str], path_text: str) -> Outcome:
+    return prepare_file(path_text, fmt, known, shas)
 
 
 def parse_in_pool(files: list[Path], fmt: str, known: dict[str, str], workers: int) -> Iterator[Outcome]:
-    """Outcomes of `files`, in their order, parsed by `workers` processes (at most two files in
-    flight per worker, so finished results never pile up)."""
-    results: queue.Queue = queue.Queue()
-    pool = [_Worker(fmt, known, results) for _ in range(workers)]
-    try:
-        upcoming = iter(enumerate(files))
-        done: dict[int, Outcome] = {}
-        next_index = 0
-
-        def feed(worker: _Worker) -> None:
-            while worker.in_flight < 2:
-                item = next(upcoming, None)
-                if item is None:
-                    return
-                worker.submit(*item)
-
-        for worker in pool:
-            feed(worker)
-        while next_index < len(files):
-            while next_index not in done:
-                index, outcome, worker = results.get()
-                if index is None:
-                    code = worker.process.wait()
-                    raise WorkerError(f"a parsing worker exited unexpectedly (exit status {code})")
-                if isinstance(outcome, WorkerError):
-                    raise outcome
-                worker.in_flight -= 1
-                done[index] = outcome
-                feed(worker)
-            yield done.pop(next_index)
-            next_index += 1
-    finally:
-        for worker in pool:
-            worker.close()
-
-
-def _serve() -> None:
-    """The worker's loop: read (fmt, known), then (index, path) per file; answer (index, outcome)."""
-    source = sys.stdin.buffer
-    answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
-    sys.stdout = sys.stderr  # nothing else may write to the answer pipe
-    fmt, known = _receive(source)
-    shas = set(known.values())
-    while True:
-        try:
-            index, path_text = _receive(source)
-        except EOFError:
-            return
-        try:
-            outcome: Outcome | WorkerError = prepare_file(path_text, fmt, known, shas)
-        except Exception:
-            outcome = WorkerError(f"parsing {path_text} failed in a worker:\n{traceback.format_exc()}")
-        _send(answers, (index, outcome))
+    """Outcomes of `files`, in their order, parsed by `workers` processes."""
+    shared = (fmt, known, set(known.values()))
+    paths = [str(path) for path in files]
+    return ordered_map("traceforge.ingest.parallel:_prepare", paths, workers, shared)
 
 
 def write_batch(

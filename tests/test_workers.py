@@ -1,0 +1,34 @@
+"""The worker processes of `traceforge.workers`: order, failures, and how many there are."""
+
+from __future__ import annotations
+
+import pytest
+
+from traceforge.workers import WorkerError, default_workers, ordered_map
+
+
+def test_results_come_back_in_the_order_of_the_items():
+    # time.sleep takes longer on the first items, so later ones finish first in the other worker
+    items = [0.3, 0.0, 0.2, 0.0, 0.0, 0.1]
+    assert list(ordered_map("time:sleep", items, workers=2)) == [None] * len(items)
+    words = ["delta", "alpha", "charlie", "bravo"]
+    assert list(ordered_map("operator:concat", words, workers=3, shared=("<",))) == [f"<{w}" for w in words]
+
+
+def test_a_failing_item_raises_with_the_worker_s_traceback():
+    with pytest.raises(WorkerError, match=r"math:sqrt failed in a worker on item 1:(.|\n)*ValueError"):
+        list(ordered_map("math:sqrt", [4.0, -1.0, 9.0], workers=2))
+
+
+def test_an_empty_input_gives_nothing():
+    assert list(ordered_map("math:sqrt", [], workers=2)) == []
+
+
+def test_traceforge_workers_sets_how_many(monkeypatch):
+    monkeypatch.setenv("TRACEFORGE_WORKERS", "1")
+    assert default_workers() == 1
+    monkeypatch.setenv("TRACEFORGE_WORKERS", "3")
+    assert default_workers() == 3
+    monkeypatch.setenv("TRACEFORGE_WORKERS", "many")
+    with pytest.raises(ValueError, match="TRACEFORGE_WORKERS must be a whole number"):
+        default_workers()

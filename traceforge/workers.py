@@ -1,0 +1,177 @@
+"""Worker processes for the work that keeps a core busy in Python: parsing files at ingest, and
+the per-trace dependency analysis and per-workload cache simulations of `analyze`.
+
+`ordered_map(function, items, workers)` runs `function(*shared, item)` in `workers` processes and
+yields the results in the order of `items`, with at most two items in flight per worker, so results
+never pile up and memory stays bounded by a few items however many there are. The caller reads
+the next items from the store while the workers compute, and writes what comes back.
+
+Workers are plain subprocesses (a fresh Python running `_serve`) fed over pipes, not
+multiprocessing: a worker never re-imports the caller's main script (a script without an
+`if __name__ == "__main__"` guard would run again in each worker) and never inherits this
+process's threads (DuckDB's, polars') through fork. `function` is named as "module:function" so a
+worker imports only what it needs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import pickle
+import queue
+import struct
+import subprocess
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+IN_FLIGHT_PER_WORKER = 2
+
+
+class WorkerError(RuntimeError):
+    """A worker failed: its traceback, or how it died."""
+
+
+def default_workers() -> int:
+    """`TRACEFORGE_WORKERS` when set (1: no worker processes), else one per CPU this process may
+    run on."""
+    configured = os.environ.get("TRACEFORGE_WORKERS", "").strip()
+    if configured:
+        try:
+            return max(1, int(configured))
+        except ValueError:
+            raise ValueError(f"TRACEFORGE_WORKERS must be a whole number, not {configured!r}") from None
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def resolve(function: str) -> Callable[..., Any]:
+    """The function named "package.module:function"."""
+    module, _, name = function.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def ordered_map(function: str, items: Iterable[Any], workers: int, shared: tuple = ()) -> Iterator[Any]:
+    """`resolve(function)(*shared, item)` for each item, computed in `workers` processes, in order.
+
+    A worker that raises makes this raise `WorkerError` with the worker's traceback.
+
+    >>> list(ordered_map("math:pow", [1, 2, 3], workers=2, shared=(2,)))
+    [2.0, 4.0, 8.0]
+    """
+    results: queue.Queue = queue.Queue()
+    pool = [_Worker(function, shared, results) for _ in range(max(workers, 1))]
+    try:
+        upcoming = iter(enumerate(items))
+        done: dict[int, Any] = {}
+        next_index = 0
+        exhausted = False
+
+        def feed(worker: _Worker) -> None:
+            nonlocal exhausted
+            while not exhausted and worker.in_flight < IN_FLIGHT_PER_WORKER:
+                item = next(upcoming, None)
+                if item is None:
+                    exhausted = True
+                    return
+                worker.submit(*item)
+
+        for worker in pool:
+            feed(worker)
+        while not exhausted or any(worker.in_flight for worker in pool) or done:
+            while next_index not in done:
+                index, answer, worker = results.get()
+                if index is None:
+                    code = worker.process.wait()
+                    raise WorkerError(f"a worker process exited unexpectedly (exit status {code})")
+                if isinstance(answer, WorkerError):
+                    raise answer
+                worker.in_flight -= 1
+                done[index] = answer
+                feed(worker)
+            yield done.pop(next_index)
+            next_index += 1
+    finally:
+        for worker in pool:
+            worker.close()
+
+
+def _send(stream: BinaryIO, value: Any) -> None:
+    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(struct.pack("<Q", len(data)))
+    stream.write(data)
+    stream.flush()
+
+
+def _receive(stream: BinaryIO) -> Any:
+    header = stream.read(8)
+    if len(header) < 8:
+        raise EOFError
+    (size,) = struct.unpack("<Q", header)
+    return pickle.loads(stream.read(size))
+
+
+class _Worker:
+    """One worker process and the thread that reads its answers into the shared queue."""
+
+    def __init__(self, function: str, shared: tuple, results: queue.Queue) -> None:
+        package_root = str(Path(__file__).resolve().parents[1])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", "from traceforge import workers; workers._serve()"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+        )
+        _send(self.process.stdin, (function, shared))
+        self.in_flight = 0
+        self.reader = threading.Thread(target=self._read, args=(results,), daemon=True)
+        self.reader.start()
+
+    def submit(self, index: int, item: Any) -> None:
+        self.in_flight += 1
+        _send(self.process.stdin, (index, item))
+
+    def _read(self, results: queue.Queue) -> None:
+        while True:
+            try:
+                message = _receive(self.process.stdout)
+            except (EOFError, OSError, pickle.UnpicklingError):
+                results.put((None, None, self))
+                return
+            results.put((*message, self))
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def _serve() -> None:
+    """A worker's loop: read (function, shared), then (index, item) per task; answer (index, result)."""
+    source = sys.stdin.buffer
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    sys.stdout = sys.stderr  # nothing else may write to the answer pipe
+    name, shared = _receive(source)
+    function = resolve(name)
+    while True:
+        try:
+            index, item = _receive(source)
+        except EOFError:
+            return
+        try:
+            answer = function(*shared, item)
+        except Exception:
+            answer = WorkerError(f"{name} failed in a worker on item {index}:\n{traceback.format_exc()}")
+        _send(answers, (index, answer))
