@@ -176,7 +176,7 @@ def test_batches_and_worker_processes_give_the_same_tables(tmp_path):
             con,
             batch_calls=batch_calls,
             workers=workers,
-            on_progress=lambda done, total: progress.append(done),
+            on_progress=lambda done, total, seen=progress: seen.append(done),
         )
         assert progress[-1] == summary["analysed_now"] == 10
         tables.append(

@@ -9,6 +9,8 @@ import math
 
 import pytest
 from builders import WEATHER_TOOL, OpenAILoop, openai_tool_call, write_jsonl
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from traceforge.analysis.prefix_cache import (
     BLOCK_SIZE,
@@ -16,6 +18,7 @@ from traceforge.analysis.prefix_cache import (
     fit_calibration,
     load_requests,
     provider_comparison,
+    replay_chains,
     simulate,
 )
 from traceforge.analysis.workloads import assign_workloads
@@ -277,3 +280,35 @@ def test_cache_sim_reports_bad_lines_by_number(tmp_path, runner):
     result = runner.invoke(cli, ["cache-sim", str(bad)])
     assert result.exit_code == 1
     assert "line 1" in result.output and "input_length" in result.output
+
+
+@st.composite
+def _chained_requests(draw):
+    """Requests whose ids are prefix chains, as `load_requests` builds them: each extends a prefix
+    of an earlier one (or nothing) with fresh ids."""
+    paths: list[list[int]] = []
+    fresh = itertools.count()
+    requests = []
+    for _ in range(draw(st.integers(0, 30))):
+        parent = draw(st.sampled_from(paths)) if paths and draw(st.booleans()) else []
+        path = parent[: draw(st.integers(0, len(parent)))] + [
+            next(fresh) for _ in range(draw(st.integers(0, 4)))
+        ]
+        paths.append(path)
+        requests.append(Request(float(draw(st.integers(0, 40))), draw(st.integers(1, 3_000)), 1, path))
+    return requests
+
+
+@settings(max_examples=300, deadline=None)
+@given(_chained_requests(), st.lists(st.sampled_from([None, 1, 2, 3, 5, 8, 30]), min_size=1, unique=True))
+def test_the_one_pass_replay_of_chains_counts_what_simulate_counts(requests, capacities):
+    ttls = (0.0, 0.005, 0.02)  # seconds: 0, 5 and 20 ms on timestamps 0-40 ms apart
+    replays = replay_chains(requests, capacities, ttls, block_size=512)
+    for capacity in capacities:
+        expected = simulate(requests, capacity, None, 512)
+        assert replays[capacity, None].as_dict() == expected.as_dict(), capacity
+        assert replays[capacity, None].per_request_hit_tokens == expected.per_request_hit_tokens
+    for ttl in ttls:
+        expected = simulate(requests, None, ttl, 512)
+        assert replays[None, ttl].as_dict() == expected.as_dict(), ttl
+        assert replays[None, ttl].per_request_hit_tokens == expected.per_request_hit_tokens

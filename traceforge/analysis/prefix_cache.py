@@ -33,6 +33,7 @@ import math
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import groupby, takewhile
 from typing import Any
 
 import duckdb
@@ -163,16 +164,130 @@ def simulate(
     return result
 
 
+CURVE_CAPACITIES: tuple[int | None, ...] = (1_000, 3_000, 10_000, 50_000, None)
+CURVE_TTLS: tuple[float, ...] = (60, 300, 3_600)
+
+
 def hit_ratio_curve(
     requests: list[Request],
-    capacities: Iterable[int | None] = (1_000, 3_000, 10_000, 50_000, None),
-    ttls: Iterable[float] = (60, 300, 3_600),
+    capacities: Iterable[int | None] = CURVE_CAPACITIES,
+    ttls: Iterable[float] = CURVE_TTLS,
     block_size: int = BLOCK_SIZE,
+    results: dict[tuple[int | None, float | None], CacheResult] | None = None,
 ) -> list[dict[str, Any]]:
-    """Hit ratios for LRU caches of each capacity (no TTL), then unlimited caches with each TTL."""
-    rows = [simulate(requests, capacity, None, block_size).as_dict() for capacity in capacities]
-    rows += [simulate(requests, None, ttl, block_size).as_dict() for ttl in ttls]
-    return rows
+    """Hit ratios for LRU caches of each capacity (no TTL), then unlimited caches with each TTL.
+
+    `results`: replays already run, by (capacity, ttl), such as `replay_chains` gives; the
+    others are simulated here."""
+    results = {} if results is None else results
+    configs = [(capacity, None) for capacity in capacities] + [(None, ttl) for ttl in ttls]
+    return [
+        (results.get(config) or simulate(requests, *config, block_size=block_size)).as_dict()
+        for config in configs
+    ]
+
+
+def replay_chains(
+    requests: Iterable[Request],
+    capacities: Iterable[int | None] = CURVE_CAPACITIES,
+    ttls: Iterable[float] = CURVE_TTLS,
+    block_size: int = BLOCK_SIZE,
+) -> dict[tuple[int | None, float | None], CacheResult]:
+    """What `simulate` gives for each LRU capacity (no TTL) and each TTL (unlimited), in one pass,
+    for requests whose hash ids are prefix chains, as `load_requests` builds them: an id stands
+    for its block and every block before it, so it is at the same position in every request that
+    holds it (ids unique to one request, such as its unreused tail, are chains too).
+
+    `simulate` touches every block of every request once per cache; with chains, what a cache
+    holds follows from less. A block is last touched by one request, its owner. Walking a request's
+    ids, those seen before come first, with owners from the most recent back (a request touches
+    its prefix last), and the blocks of one owner are consecutive. Under LRU a block is cached
+    while fewer than `capacity` distinct blocks were touched after it: the blocks owned by requests
+    since its owner (a Fenwick tree of blocks per owner sums them), plus those its owner touched
+    after it, which are the run's earlier blocks of that owner. Under a TTL a block is cached while
+    its owner is recent enough. So each request costs a few operations per owner, not per block.
+    """
+    ordered = sorted(requests, key=lambda r: r.timestamp_ms)
+    capacities, ttls = list(capacities), list(ttls)
+    results = {(c, None): CacheResult(c, None, block_size) for c in capacities}
+    results.update({(None, t): CacheResult(None, t, block_size) for t in ttls})
+    size = len(ordered)
+    tree = [0] * (size + 1)  # Fenwick tree: blocks owned by each request, by position
+    owned = [0] * size
+    times = [r.timestamp_ms for r in ordered]
+    owner: dict[int, int] = {}
+    windows = [[t * 1000.0, 0, 0, 0] for t in ttls]  # ttl_ms, first request within it, blocks, peak
+    distinct = 0
+
+    def add(position: int, blocks: int) -> None:
+        owned[position] += blocks
+        position += 1
+        while position <= size:
+            tree[position] += blocks
+            position += position & -position
+
+    def owned_before(position: int) -> int:  # blocks owned by requests before `position`
+        total = 0
+        while position:
+            total += tree[position]
+            position -= position & -position
+        return total
+
+    for r, request in enumerate(ordered):
+        ids = request.hash_ids
+        now = times[r]
+        # The seen run's owners, most recent first: (owner, its blocks in the run, blocks owned by
+        # the requests since it).
+        owners = map(owner.__getitem__, takewhile(owner.__contains__, ids))
+        owned_now = owned_before(r)
+        groups = [(q, len(list(run)), owned_now - owned_before(q + 1)) for q, run in groupby(owners)]
+        for capacity in capacities:
+            hits = 0
+            for _, blocks, since in groups:
+                room = blocks if capacity is None else capacity - since
+                hits += max(0, min(blocks, room))
+                if room < blocks:
+                    break
+            _count(results[capacity, None], request, hits)
+        for ttl, window in zip(ttls, windows, strict=True):
+            cutoff = now - window[0]
+            while times[window[1]] < cutoff:
+                window[2] -= owned[window[1]]
+                window[1] += 1
+            hits = 0
+            for q, blocks, _ in groups:
+                if times[q] < cutoff:
+                    break
+                hits += blocks
+            _count(results[None, ttl], request, hits)
+        seen = 0
+        for q, blocks, _ in groups:
+            add(q, -blocks)
+            seen += blocks
+            for window in windows:
+                if q >= window[1]:
+                    window[2] -= blocks
+        touched = dict.fromkeys(ids, r)
+        owner.update(touched)
+        add(r, len(touched))
+        distinct += len(touched) - seen
+        for capacity in capacities:
+            results[capacity, None].peak_blocks = distinct if capacity is None else min(capacity, distinct)
+        for ttl, window in zip(ttls, windows, strict=True):
+            window[2] += len(touched)
+            window[3] = max(window[3], window[2])
+            results[None, ttl].peak_blocks = window[3]
+    return results
+
+
+def _count(result: CacheResult, request: Request, run: int) -> None:
+    hit = min(run * result.block_size, request.input_length)
+    result.requests += 1
+    result.total_tokens += request.input_length
+    result.hit_tokens += hit
+    result.total_blocks += len(request.hash_ids)
+    result.hit_blocks += run
+    result.per_request_hit_tokens.append(hit)
 
 
 # --- building requests from the store -------------------------------------------------------
@@ -614,10 +729,15 @@ def load_requests(con: duckdb.DuckDBPyConnection, block_size: int = BLOCK_SIZE) 
     )
 
 
-def provider_comparison(requests: list[Request], block_size: int = BLOCK_SIZE) -> dict[str, Any] | None:
+def provider_comparison(
+    requests: list[Request],
+    block_size: int = BLOCK_SIZE,
+    results: dict[tuple[int | None, float | None], CacheResult] | None = None,
+) -> dict[str, Any] | None:
     """The hit ratio the provider reported beside the simulated one, on the calls whose usage had
     cache fields. The simulation runs over all requests (so earlier calls warm the cache) and
-    counts only those calls. None when no call reported cache fields."""
+    counts only those calls. None when no call reported cache fields. `results`: replays already
+    run, by (capacity, ttl), as `hit_ratio_curve` takes them."""
     with_cache = [i for i, r in enumerate(requests) if r.cache_read_tokens is not None]
     if not with_cache:
         return None
@@ -632,7 +752,7 @@ def provider_comparison(requests: list[Request], block_size: int = BLOCK_SIZE) -
     ordered = sorted(range(len(requests)), key=lambda i: requests[i].timestamp_ms)
     position = {index: k for k, index in enumerate(ordered)}
     for label, ttl in (("simulated_unlimited", None), ("simulated_ttl_300s", 300.0)):
-        result = simulate(requests, None, ttl, block_size)
+        result = (results or {}).get((None, ttl)) or simulate(requests, None, ttl, block_size)
         hits = sum(result.per_request_hit_tokens[position[i]] for i in with_cache)
         out[f"{label}_hit_ratio"] = hits / total if total else None
     return out

@@ -41,7 +41,7 @@ from traceforge.analysis.prefix_cache import (
     hit_ratio_curve,
     load_requests,
     provider_comparison,
-    simulate,
+    replay_chains,
 )
 from traceforge.analysis.timing import ALL, arrival_stats, gap_stats, percentiles
 from traceforge.analysis.workloads import assign_workloads, compute_workloads
@@ -175,7 +175,9 @@ def _workload_profile(
     savings: dict[str, Any] | None,
     context: _Context,
 ) -> dict[str, Any]:
-    unlimited = simulate(requests, None, None, context.block_size)
+    # `load_requests` builds hash ids as prefix chains: one pass replays every cache of the curve
+    replays = replay_chains(requests, block_size=context.block_size)
+    unlimited = replays[None, None]
     ordered = sorted(requests, key=lambda r: r.timestamp_ms)
     uncached = [
         r.input_length - hit for r, hit in zip(ordered, unlimited.per_request_hit_tokens, strict=True)
@@ -204,8 +206,8 @@ def _workload_profile(
         },
         "prefix_cache": {
             "unlimited": unlimited.as_dict(),
-            "curve": hit_ratio_curve(requests, block_size=context.block_size),
-            "provider": provider_comparison(requests, context.block_size),
+            "curve": hit_ratio_curve(requests, block_size=context.block_size, results=replays),
+            "provider": provider_comparison(requests, context.block_size, results=replays),
         },
         "timing": {**timing, "arrivals": arrivals},
         "deployment": _deployment(demand, len(requests), savings, context),
