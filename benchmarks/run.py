@@ -218,6 +218,9 @@ def machine() -> dict[str, Any]:
     import duckdb
     import polars
 
+    from traceforge import store
+    from traceforge.workers import default_workers
+
     return {
         "cpus": len(os.sched_getaffinity(0)),
         "cpu_model": model,
@@ -225,6 +228,8 @@ def machine() -> dict[str, Any]:
         "python": sys.version.split()[0],
         "duckdb": duckdb.__version__,
         "polars": polars.__version__,
+        "duckdb_memory_limit": {**store.DEFAULT_SETTINGS, **store.settings_from_env()}["memory_limit"],
+        "workers": default_workers(),
         "load_average_at_start": os.getloadavg(),
     }
 
@@ -255,7 +260,7 @@ def run(mode: str, json_path: str | None, workers: int | None) -> dict[str, Any]
     info = machine()
     # Every traceforge run uses the same number of parsing workers (by default one per CPU), so the
     # growth curve is not bent by small inputs being parsed in-process.
-    worker_count = workers or info["cpus"]
+    worker_count = workers or info["workers"]
     workers = worker_count
     results: dict[str, Any] = {"mode": mode, "machine": info, "measurements": []}
 
@@ -265,7 +270,8 @@ def run(mode: str, json_path: str | None, workers: int | None) -> dict[str, Any]
 
     console.print(
         f"[bold]traceforge benchmark ({mode})[/]: {info['cpus']} CPUs, {info['cpu_model']}, "
-        f"{info['memory_gib']} GiB, load average {info['load_average_at_start'][0]:.2f}"
+        f"{info['memory_gib']} GiB, load average {info['load_average_at_start'][0]:.2f}, "
+        f"DuckDB memory limit {info['duckdb_memory_limit']}"
     )
 
     # 1. ingest against the floor and the plain loader, then the growth curve

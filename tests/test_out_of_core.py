@@ -34,6 +34,21 @@ def logs(tmp_path_factory) -> Path:
     return folder
 
 
+def test_duckdb_s_cache_is_capped_unless_told_otherwise(monkeypatch, tmp_path):
+    monkeypatch.delenv("TRACEFORGE_MEMORY_LIMIT", raising=False)
+    con = store.connect(tmp_path / "a.duckdb")
+    try:
+        (limit,) = con.execute("SELECT current_setting('memory_limit')").fetchone()
+    finally:
+        con.close()
+    assert limit == "953.6 MiB"  # 1GB, as DuckDB prints it; its own default is 80% of RAM
+    con = store.connect(tmp_path / "a.duckdb", settings={"memory_limit": "2GB"})
+    try:
+        assert con.execute("SELECT current_setting('memory_limit')").fetchone()[0] == "1.8 GiB"
+    finally:
+        con.close()
+
+
 def test_duckdb_settings_come_from_the_environment_and_bad_ones_are_named(monkeypatch, tmp_path):
     monkeypatch.setenv("TRACEFORGE_MEMORY_LIMIT", "300MB")
     monkeypatch.setenv("TRACEFORGE_THREADS", "1")

@@ -355,6 +355,13 @@ SETTINGS_FROM_ENV = {
 }
 
 
+# DuckDB keeps what it read and wrote in its buffer cache, up to 80% of RAM unless told otherwise,
+# so a big ingest or analysis would hold most of the machine. traceforge caps the cache; DuckDB
+# spills what does not fit to `<store>.tmp` (or TRACEFORGE_TEMP_DIRECTORY), and
+# TRACEFORGE_MEMORY_LIMIT sets another cap. The benchmark (docs/performance.md) found no slowdown.
+DEFAULT_SETTINGS = {"memory_limit": "1GB"}
+
+
 def settings_from_env() -> dict[str, str]:
     """The DuckDB settings named in the environment (see SETTINGS_FROM_ENV)."""
     return {key: os.environ[name] for key, name in SETTINGS_FROM_ENV.items() if os.environ.get(name)}
@@ -366,7 +373,7 @@ def connect(
     """Open (creating if needed) the store at `path`, upgraded to the current schema.
 
     `settings` are DuckDB settings (`memory_limit`, `temp_directory`, `threads`...) for this
-    connection, over those named in the environment (`settings_from_env`).
+    connection, over those named in the environment (`settings_from_env`), over DEFAULT_SETTINGS.
 
     Raises StoreError with what to do when the file is held by another process, is not a DuckDB
     database, was written by a newer traceforge, or a setting is not valid.
@@ -376,7 +383,7 @@ def connect(
         raise StoreError(f"{path}: no such store. Run `traceforge ingest` or `analyze` first.")
     config = {} if path.exists() else {"storage_compatibility_version": SHELL_STORAGE_VERSION}
     chosen = {**settings_from_env(), **(settings or {})}
-    config.update(chosen)
+    config.update({**DEFAULT_SETTINGS, **chosen})
     try:
         con = duckdb.connect(str(path), read_only=read_only, config=config)
     except duckdb.IOException as exc:

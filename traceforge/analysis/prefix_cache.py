@@ -44,7 +44,7 @@ DEFAULT_CHARS_PER_TOKEN = 4.0
 FETCH_ROWS = 10_000
 
 
-@dataclass
+@dataclass(slots=True)
 class Request:
     """One LLM request in mooncake_trace terms, with where it came from when built from a store."""
 
