@@ -5,9 +5,10 @@ full analyses at scale, peak memory, and the growth curve, all measured in one r
     python benchmarks/run.py                  # the full run (1M tool calls; about an hour on 2 cores)
     python benchmarks/run.py --json out.json  # also write every measurement as JSON
 
-Every measurement runs in a child process of its own (`run.py --task ...`), so its peak RSS is its
-own: the child reports its wall time, its CPU time and its workers' (os.times), and the peak RSS of
-itself and of its largest worker (getrusage SELF and CHILDREN). Corpora are written by
+Every measurement runs in a child process of its own (`run.py --task ...`): the child reports its
+wall time, its CPU time and its workers' (os.times) and its own peak RSS (getrusage); the runner
+samples the resident memory of the child and all its worker processes together (`_TreeMemory`),
+whose peak is the "peak RSS" printed, beside the main process's own. Corpora are written by
 `benchmarks/corpus.py` under `benchmarks/corpus/` (git-ignored) and reused when already there.
 
 What is compared, on the same files in the same run:
@@ -30,6 +31,7 @@ import resource
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -161,7 +163,6 @@ def run_task(args: argparse.Namespace) -> None:
         after.children_user - before.children_user + after.children_system - before.children_system
     )
     result["rss_self_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    result["rss_worker_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(json.dumps(result))
 
 
@@ -177,16 +178,69 @@ def measure(task: str, corpus: Path, db: Path | str, workers: int | None = None)
     if workers is not None:
         command += ["--workers", str(workers)]
     started = time.perf_counter()
-    finished = subprocess.run(command, capture_output=True, text=True, check=False)
-    if finished.returncode != 0:
-        raise SystemExit(f"{task} on {corpus.name} failed:\n{finished.stderr[-4000:]}")
-    result = json.loads(finished.stdout.strip().splitlines()[-1])
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak = _TreeMemory(child.pid)
+    stdout, stderr = child.communicate()
+    peak.stop()
+    if child.returncode != 0:
+        raise SystemExit(f"{task} on {corpus.name} failed:\n{stderr[-4000:]}")
+    result = json.loads(stdout.strip().splitlines()[-1])
     result["process_seconds"] = time.perf_counter() - started
+    result["rss_tree_mb"] = peak.peak_mb
     result["task"] = task
     result["corpus"] = corpus.name
     for stale in stale_files:
         stale.unlink(missing_ok=True)
     return result
+
+
+class _TreeMemory:
+    """The peak, sampled every 0.2 s, of the resident memory of a process and all its descendants
+    together (Linux /proc): what the measured run held at once, its worker processes included.
+
+    getrusage cannot say it: a child's ru_maxrss counts the parent's pages it shared between fork
+    and exec, so a worker started by a big process reads as big as it."""
+
+    def __init__(self, root: int) -> None:
+        self.root = root
+        self.peak_mb: float | None = 0.0 if Path("/proc/self/statm").exists() else None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        if self.peak_mb is not None:
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _sample(self) -> None:
+        page = os.sysconf("SC_PAGE_SIZE")
+        while not self._done.wait(0.2):
+            pages = 0
+            for pid in self._tree():
+                try:
+                    pages += int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue  # exited meanwhile
+            self.peak_mb = max(self.peak_mb, pages * page / 2**20)
+
+    def _tree(self) -> set[int]:
+        children: dict[int, list[int]] = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                parent = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+        tree, frontier = {self.root}, [self.root]
+        while frontier:
+            for child in children.get(frontier.pop(), ()):
+                tree.add(child)
+                frontier.append(child)
+        return tree
 
 
 def corpus_for(name: str, shape: str, tool_calls: int | None, traces: int | None) -> tuple[Path, dict]:
@@ -242,11 +296,10 @@ def _cores(result: dict) -> float:
     return (result["cpu_self"] + result["cpu_workers"]) / result["seconds"] if result["seconds"] else 0.0
 
 
-def _rss(result: dict, workers: int) -> str:
-    self_mb, worker_mb = result["rss_self_mb"], result["rss_worker_mb"]
-    if worker_mb:
-        return f"{self_mb:,.0f} + {workers}x{worker_mb:,.0f}"
-    return f"{self_mb:,.0f}"
+def _rss(result: dict) -> str:
+    """All processes together at their peak, and the main process's own peak."""
+    tree, main = result["rss_tree_mb"], result["rss_self_mb"]
+    return f"{main:,.0f}" if tree is None else f"{tree:,.0f} ({main:,.0f} main)"
 
 
 def run(mode: str, json_path: str | None, workers: int | None) -> dict[str, Any]:
@@ -260,8 +313,7 @@ def run(mode: str, json_path: str | None, workers: int | None) -> dict[str, Any]
     info = machine()
     # Every traceforge run uses the same number of parsing workers (by default one per CPU), so the
     # growth curve is not bent by small inputs being parsed in-process.
-    worker_count = workers or info["workers"]
-    workers = worker_count
+    workers = workers or info["workers"]
     results: dict[str, Any] = {"mode": mode, "machine": info, "measurements": []}
 
     def note(result: dict) -> dict:
@@ -315,7 +367,7 @@ def run(mode: str, json_path: str | None, workers: int | None) -> dict[str, Any]
             f"{result['seconds']:.1f}",
             f"{result['cpu_self'] + result['cpu_workers']:.1f}",
             f"{_cores(result):.2f}",
-            _rss(result, worker_count if result is ours else 0),
+            _rss(result),
             relation,
         )
     console.print(table)
@@ -332,7 +384,7 @@ def run(mode: str, json_path: str | None, workers: int | None) -> dict[str, Any]
             f"{entry['ingest']['seconds'] / base['ingest']['seconds']:.2f}",
             f"{entry['analyze']['seconds']:.1f}",
             f"{entry['analyze']['seconds'] / base['analyze']['seconds']:.2f}",
-            _rss(entry["analyze"], worker_count),
+            _rss(entry["analyze"]),
         )
     console.print(table)
 
@@ -372,7 +424,7 @@ def run(mode: str, json_path: str | None, workers: int | None) -> dict[str, Any]
             f"{phases['profile']:.1f}",
             f"{result['seconds']:.1f}",
             f"{_cores(result):.2f}",
-            _rss(result, worker_count),
+            _rss(result),
         )
     console.print(table)
     results["load_average_at_end"] = os.getloadavg()

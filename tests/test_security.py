@@ -42,6 +42,10 @@ PASTED_INTO_SQL = {
     ("export/selection.py", "patterns"): "'c.model GLOB ?' once per model: placeholders",
     ("export/selection.py", "', '.join('?' * len(criteria.workloads))"): "placeholders",
     ("export/selection.py", "', '.join('?' * len(criteria.outcomes))"): "placeholders",
+    ("analysis/dag.py", "spans"): "joins over deps.ROW_TABLES, the store's table names",
+    ("analysis/dag.py", "', '.join((f'{table}.lo, {table}.hi' for table in ROW_TABLES[1:]))"): (
+        "columns named after deps.ROW_TABLES"
+    ),
     ("ingest/writer.py", "table"): "a loop over writer.SCHEMAS / TRACE_TABLES",
     ("ingest/writer.py", "column"): "an id column named by the writer",
     ("ingest/parallel.py", "table"): "a loop over writer.SCHEMAS",

@@ -37,6 +37,7 @@ import networkx as nx
 import polars as pl
 
 from traceforge.analysis.deps import (
+    ROW_TABLES,
     Edge,
     Inference,
     TraceInput,
@@ -300,28 +301,50 @@ def analyze_dependencies(
     _check_mode(mode)
     config = config or DepsConfig()
     settings = settings_key(mode, config)
-    con.execute("DROP TABLE IF EXISTS _tf_dag_todo")
-    con.execute(
-        """
-        CREATE TEMP TABLE _tf_dag_todo AS
-        SELECT trace_id, n, sum(n) OVER (ORDER BY trace_id) AS running
-        FROM (SELECT trace_id, count(*) AS n FROM tool_calls GROUP BY trace_id) calls
-        WHERE ? OR trace_id NOT IN (SELECT trace_id FROM trace_dag WHERE settings = ?)
+    # Per trace to analyse: its tool calls, and the row ids its rows span in each table. Batches
+    # follow the tables' physical order, so each reads one stretch of every table (see
+    # `read_trace_rows`).
+    spans = " ".join(
+        f"LEFT JOIN (SELECT trace_id, min(rowid) AS lo, max(rowid) AS hi FROM {table} GROUP BY trace_id) "
+        f"AS {table} USING (trace_id)"
+        for table in ROW_TABLES[1:]
+    )
+    todo = con.execute(
+        f"""
+        WITH calls AS (
+            SELECT trace_id, count(*) AS n, min(rowid) AS lo, max(rowid) AS hi
+            FROM tool_calls GROUP BY trace_id
+        )
+        SELECT calls.trace_id, calls.n, calls.lo, calls.hi,
+               {", ".join(f"{table}.lo, {table}.hi" for table in ROW_TABLES[1:])}
+        FROM calls {spans}
+        WHERE ? OR calls.trace_id NOT IN (SELECT trace_id FROM trace_dag WHERE settings = ?)
+        ORDER BY calls.lo
         """,
         [recompute, settings],
-    )
-    todo = con.execute("SELECT trace_id, n, running FROM _tf_dag_todo ORDER BY trace_id").fetchall()
-    con.execute("DROP TABLE IF EXISTS _tf_dag_todo")
-    total_calls = todo[-1][2] if todo else 0
+    ).fetchall()
+    total_calls = sum(row[1] for row in todo)
     count = workers if workers is not None else default_workers()
     count = max(1, count) if total_calls > PARALLEL_MIN_CALLS or workers is not None else 1
     # Each batch is split in `count` parts so every worker has a share of it.
     part_calls = max(1, batch_calls // count)
-    parts = [list(group) for _, group in itertools.groupby(todo, key=lambda row: (row[2] - 1) // part_calls)]
+    parts: list[list[tuple]] = []
+    running = 0
+    for row in todo:
+        if not parts or running >= part_calls:
+            parts.append([])
+            running = 0
+        parts[-1].append(row)
+        running += row[1]
 
     def read_parts() -> Any:
         for part in parts:
-            yield read_trace_rows(con, [trace_id for trace_id, _, _ in part])
+            rowids = {}
+            for position, table in enumerate(ROW_TABLES):
+                lows = [row[2 + 2 * position] for row in part if row[2 + 2 * position] is not None]
+                highs = [row[3 + 2 * position] for row in part if row[3 + 2 * position] is not None]
+                rowids[table] = (min(lows), max(highs)) if lows else (1, 0)
+            yield read_trace_rows(con, [row[0] for row in part], rowids)
 
     shared = (mode, config, settings)
     done = 0
@@ -330,7 +353,7 @@ def analyze_dependencies(
         for table in ("tool_deps", "tool_schedule", "trace_dag"):
             con.execute(
                 f"DELETE FROM {table} WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))",
-                [[trace_id for trace_id, _, _ in todo]],
+                [[row[0] for row in todo]],
             )
         if count > 1:
             results = ordered_map("traceforge.analysis.dag:analyze_trace_rows", read_parts(), count, shared)

@@ -309,12 +309,24 @@ def read_traces(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> list[Tr
 TraceRows = tuple[str, str | None, list[tuple], list[tuple], list[tuple], list[tuple]]
 
 
-def read_trace_rows(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> list[TraceRows]:
+ROW_TABLES = ("tool_calls", "messages", "tool_defs", "llm_calls")
+
+
+def read_trace_rows(
+    con: duckdb.DuckDBPyConnection,
+    trace_ids: list[str],
+    rowids: dict[str, tuple[int, int]] | None = None,
+) -> list[TraceRows]:
     """The store rows `trace_input` assembles a trace from, per trace in `trace_ids`: plain tuples,
-    cheap to send to a worker process."""
+    cheap to send to a worker process.
+
+    `rowids`, per table of ROW_TABLES, the range of row ids that holds all the rows of these traces
+    (a table left out is searched whole): DuckDB then scans only that stretch of the table, not all
+    of it for every batch, which would make reading a big store in batches quadratic."""
     if not trace_ids:
         return []
     frame = pl.DataFrame({"trace_id": trace_ids}, schema={"trace_id": pl.Utf8})
+    bounds = {table: list((rowids or {}).get(table, (0, 2**62))) for table in ROW_TABLES}
     con.register("_tf_dep_ids", frame)
     try:
         calls = _grouped(
@@ -325,8 +337,10 @@ def read_trace_rows(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> lis
                        coalesce(tc.duration_ms, date_diff('millisecond', tc.started_at, tc.ended_at)),
                        coalesce(tc.requestor, 'assistant')
                 FROM tool_calls tc JOIN _tf_dep_ids USING (trace_id)
+                WHERE tc.rowid BETWEEN ? AND ?
                 ORDER BY tc.trace_id, tc.seq
-                """
+                """,
+                bounds["tool_calls"],
             ).fetchall()
         )
         messages = _grouped(
@@ -335,8 +349,10 @@ def read_trace_rows(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> lis
                 SELECT m.trace_id, m.seq, m.role, m.content, m.reasoning, m.tool_call_id, m.call_id,
                        json_extract_string(m.tool_calls, '$[*].id'), length(m.tool_calls)
                 FROM messages m JOIN _tf_dep_ids USING (trace_id)
+                WHERE m.rowid BETWEEN ? AND ?
                 ORDER BY m.trace_id, m.seq
-                """
+                """,
+                bounds["messages"],
             ).fetchall()
         )
         defs = _grouped(
@@ -344,8 +360,10 @@ def read_trace_rows(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> lis
                 """
                 SELECT d.trace_id, d.name, d.description, d.parameters, d.annotations
                 FROM tool_defs d JOIN _tf_dep_ids USING (trace_id)
+                WHERE d.rowid BETWEEN ? AND ?
                 ORDER BY d.trace_id, d.name
-                """
+                """,
+                bounds["tool_defs"],
             ).fetchall()
         )
         llm = _grouped(
@@ -354,8 +372,10 @@ def read_trace_rows(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> lis
                 SELECT c.trace_id, c.call_id, c.seq, c.duration_ms, c.started_at, c.ended_at,
                        c.input_tokens, c.output_tokens, c.usage_reported
                 FROM llm_calls c JOIN _tf_dep_ids USING (trace_id)
+                WHERE c.rowid BETWEEN ? AND ?
                 ORDER BY c.trace_id, c.seq
-                """
+                """,
+                bounds["llm_calls"],
             ).fetchall()
         )
         workloads = dict(

@@ -38,6 +38,14 @@ def cli() -> None:
       traceforge ingest 'logs/**/*.jsonl.gz'   # only load traces into the store
       traceforge sql                           # the DuckDB shell on the store
       traceforge sql "SELECT * FROM v_trace_summary LIMIT 5"
+
+    \b
+    Environment (every command):
+      TRACEFORGE_WORKERS=N         worker processes for parsing and analysis
+                                   (default: one per CPU; 1: none)
+      TRACEFORGE_MEMORY_LIMIT=4GB  cap on DuckDB's memory (default 1GB)
+      TRACEFORGE_TEMP_DIRECTORY=D  where DuckDB spills beyond it
+      TRACEFORGE_THREADS=N         DuckDB's threads
     """
 
 
