@@ -1,6 +1,6 @@
 """Stores larger than memory: DuckDB settings from the environment, a capped store that spills and
 still gives the same results, the dependency analysis streamed in batches, and per-request logs
-grouped without holding every request."""
+grouped without holding every request; the analyses' worker processes give what one process gives."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 
 from traceforge import store
 from traceforge.analysis.dag import analyze_dependencies
+from traceforge.export.profile import build_profile
 from traceforge.ingest import api_log, ingest_paths
 from traceforge.ingest.sources import Record
 
@@ -120,6 +121,20 @@ def _log_record(line: int, messages: list[dict], reply: str, conversation: str) 
         "metadata": {"conversation": conversation},
     }
     return Record(line=line, value=value, raw=json.dumps(value))
+
+
+def test_the_profile_s_worker_processes_give_the_same_profile(logs, tmp_path):
+    con = store.connect(tmp_path / "profile.duckdb")
+    try:
+        ingest_paths(con, [logs])
+        analyze_dependencies(con)
+        documents = [build_profile(con, workers=workers).document for workers in (1, 2)]
+    finally:
+        con.close()
+    for document in documents:
+        document.pop("generated_at")
+    assert len(documents[0]["workloads"]) > 2  # so the two workers share them
+    assert documents[0] == documents[1]
 
 
 def test_a_log_s_conversations_keep_only_their_latest_request():

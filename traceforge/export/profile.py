@@ -47,7 +47,10 @@ from traceforge.analysis.timing import ALL, arrival_stats, gap_stats, percentile
 from traceforge.analysis.workloads import assign_workloads, compute_workloads
 from traceforge.export.replay import replay_commands, write_replay
 from traceforge.pricing import PriceTable
+from traceforge.workers import default_workers, ordered_map
 
+# Below this many LLM calls, starting worker processes costs more than it saves.
+PARALLEL_MIN_REQUESTS = 20_000
 SCHEMA = "traceforge.profile"
 SCHEMA_VERSION = 1
 PROFILE_FILE = "profile.json"
@@ -73,6 +76,7 @@ def build_profile(
     itl_ms: float = DEFAULT_ITL_MS,
     block_size: int = BLOCK_SIZE,
     store_path: str | None = None,
+    workers: int | None = None,
 ) -> Profile:
     """Run the workload analyses on the store behind `con` and assemble the profile.
 
@@ -80,6 +84,9 @@ def build_profile(
     them together, under `overall`) gets its prefill/decode split, length distributions, prefix
     cache hit ratios, timing, and a deployment plan per target request rate (its observed rate
     when none is given), observed and projected with the `trace_dag` savings.
+
+    The workloads' cache replays are independent: with over `PARALLEL_MIN_REQUESTS` LLM calls they
+    run in `workers` processes (`traceforge.workers`; by default one per CPU).
     """
     gpu = gpu_profile if isinstance(gpu_profile, GpuProfile) else resolve_gpu_profile(gpu_profile)
     assign_workloads(con, workload_key)
@@ -111,9 +118,27 @@ def build_profile(
         "gpu_profile": profile_dict(gpu),
     }
     context = _Context(gpu, list(target_rps or []), ttft_ms, itl_ms, block_size, bool(savings))
-    workloads = []
+    overall_savings = _sum_savings(savings.values()) if savings else None
+    # All workloads together first: that one is as big as all the others.
+    tasks = [(log.requests, demand_rows, timing.get(ALL, {}), overall_savings)]
     for row in spend.workloads:
         name = row["workload"]
+        tasks.append(
+            (
+                by_workload.get(name, []),
+                rows_by_workload.get(name, []),
+                timing.get(name, {}),
+                savings.get(name),
+            )
+        )
+    count = workers if workers is not None else default_workers()
+    if count > 1 and len(tasks) > 2 and (workers is not None or len(log.requests) > PARALLEL_MIN_REQUESTS):
+        profiles = iter(ordered_map("traceforge.export.profile:workload_profile", tasks, count, (context,)))
+    else:
+        profiles = (workload_profile(context, task) for task in tasks)
+    overall = next(profiles)
+    workloads = []
+    for row, profile in zip(spend.workloads, profiles, strict=True):
         entry = {
             key: row[key]
             for key in (
@@ -127,18 +152,8 @@ def build_profile(
                 "llm_calls",
             )
         }
-        entry.update(
-            _workload_profile(
-                by_workload.get(name, []),
-                rows_by_workload.get(name, []),
-                timing.get(name, {}),
-                savings.get(name),
-                context,
-            )
-        )
+        entry.update(profile)
         workloads.append(entry)
-    overall_savings = _sum_savings(savings.values()) if savings else None
-    overall = _workload_profile(log.requests, demand_rows, timing.get(ALL, {}), overall_savings, context)
     document = {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
@@ -168,13 +183,13 @@ class _Context:
     dag_ran: bool
 
 
-def _workload_profile(
-    requests: list[Request],
-    demand_rows: list[dict[str, Any]],
-    timing: dict[str, Any],
-    savings: dict[str, Any] | None,
-    context: _Context,
-) -> dict[str, Any]:
+WorkloadTask = tuple[list[Request], list[dict[str, Any]], dict[str, Any], dict[str, Any] | None]
+
+
+def workload_profile(context: _Context, task: WorkloadTask) -> dict[str, Any]:
+    """One workload's profile (or all of them together) from its (requests, prefill/decode rows,
+    timing, DAG savings): what `build_profile`, or one of its worker processes, computes."""
+    requests, demand_rows, timing, savings = task
     # `load_requests` builds hash ids as prefix chains: one pass replays every cache of the curve
     replays = replay_chains(requests, block_size=context.block_size)
     unlimited = replays[None, None]
