@@ -42,10 +42,14 @@ PASTED_INTO_SQL = {
     ("export/selection.py", "patterns"): "'c.model GLOB ?' once per model: placeholders",
     ("export/selection.py", "', '.join('?' * len(criteria.workloads))"): "placeholders",
     ("export/selection.py", "', '.join('?' * len(criteria.outcomes))"): "placeholders",
-    ("analysis/dag.py", "spans"): "joins over deps.ROW_TABLES, the store's table names",
-    ("analysis/dag.py", "', '.join((f'{table}.lo, {table}.hi' for table in ROW_TABLES[1:]))"): (
-        "columns named after deps.ROW_TABLES"
+    ("analysis/dag.py", "pending"): "a condition written in the code (its values are bound)",
+    ("analysis/batches.py", "main"): "a table name from the callers' code (deps.ROW_TABLES...)",
+    ("analysis/batches.py", "table"): "table names from the callers' code",
+    ("analysis/batches.py", "spans"): "joins over table names from the callers' code",
+    ("analysis/batches.py", "''.join((f', {table}.lo, {table}.hi' for table in others))"): (
+        "columns named after table names from the callers' code"
     ),
+    ("analysis/batches.py", "where"): "a condition written in the callers' code (values bound)",
     ("ingest/writer.py", "table"): "a loop over writer.SCHEMAS / TRACE_TABLES",
     ("ingest/writer.py", "column"): "an id column named by the writer",
     ("ingest/parallel.py", "table"): "a loop over writer.SCHEMAS",

@@ -36,6 +36,7 @@ import duckdb
 import networkx as nx
 import polars as pl
 
+from traceforge.analysis.batches import trace_batches
 from traceforge.analysis.deps import (
     ROW_TABLES,
     Edge,
@@ -301,50 +302,20 @@ def analyze_dependencies(
     _check_mode(mode)
     config = config or DepsConfig()
     settings = settings_key(mode, config)
-    # Per trace to analyse: its tool calls, and the row ids its rows span in each table. Batches
-    # follow the tables' physical order, so each reads one stretch of every table (see
-    # `read_trace_rows`).
-    spans = " ".join(
-        f"LEFT JOIN (SELECT trace_id, min(rowid) AS lo, max(rowid) AS hi FROM {table} GROUP BY trace_id) "
-        f"AS {table} USING (trace_id)"
-        for table in ROW_TABLES[1:]
-    )
-    todo = con.execute(
-        f"""
-        WITH calls AS (
-            SELECT trace_id, count(*) AS n, min(rowid) AS lo, max(rowid) AS hi
-            FROM tool_calls GROUP BY trace_id
-        )
-        SELECT calls.trace_id, calls.n, calls.lo, calls.hi,
-               {", ".join(f"{table}.lo, {table}.hi" for table in ROW_TABLES[1:])}
-        FROM calls {spans}
-        WHERE ? OR calls.trace_id NOT IN (SELECT trace_id FROM trace_dag WHERE settings = ?)
-        ORDER BY calls.lo
-        """,
-        [recompute, settings],
-    ).fetchall()
-    total_calls = sum(row[1] for row in todo)
+    pending = "? OR trace_id NOT IN (SELECT trace_id FROM trace_dag WHERE settings = ?)"
+    (total_calls,) = con.execute(
+        f"SELECT count(*) FROM tool_calls WHERE {pending}", [recompute, settings]
+    ).fetchone()
     count = workers if workers is not None else default_workers()
     count = max(1, count) if total_calls > PARALLEL_MIN_CALLS or workers is not None else 1
-    # Each batch is split in `count` parts so every worker has a share of it.
-    part_calls = max(1, batch_calls // count)
-    parts: list[list[tuple]] = []
-    running = 0
-    for row in todo:
-        if not parts or running >= part_calls:
-            parts.append([])
-            running = 0
-        parts[-1].append(row)
-        running += row[1]
+    # Batches are read in the tables' physical order, one stretch of each table (analysis.batches),
+    # and split in `count` parts so every worker has a share of each.
+    parts = trace_batches(con, ROW_TABLES, max(1, batch_calls // count), pending, [recompute, settings])
+    todo = [trace_id for part in parts for trace_id in part.trace_ids]
 
     def read_parts() -> Any:
         for part in parts:
-            rowids = {}
-            for position, table in enumerate(ROW_TABLES):
-                lows = [row[2 + 2 * position] for row in part if row[2 + 2 * position] is not None]
-                highs = [row[3 + 2 * position] for row in part if row[3 + 2 * position] is not None]
-                rowids[table] = (min(lows), max(highs)) if lows else (1, 0)
-            yield read_trace_rows(con, [row[0] for row in part], rowids)
+            yield read_trace_rows(con, part.trace_ids, part.rowids)
 
     shared = (mode, config, settings)
     done = 0
@@ -353,7 +324,7 @@ def analyze_dependencies(
         for table in ("tool_deps", "tool_schedule", "trace_dag"):
             con.execute(
                 f"DELETE FROM {table} WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))",
-                [[row[0] for row in todo]],
+                [todo],
             )
         if count > 1:
             results = ordered_map("traceforge.analysis.dag:analyze_trace_rows", read_parts(), count, shared)

@@ -30,8 +30,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from array import array
 from collections import OrderedDict, defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby, takewhile
 from typing import Any
@@ -39,9 +40,10 @@ from typing import Any
 import duckdb
 import polars as pl
 
+from traceforge.analysis.batches import trace_batches
+
 BLOCK_SIZE = 512
 DEFAULT_CHARS_PER_TOKEN = 4.0
-FETCH_ROWS = 10_000
 
 
 @dataclass(slots=True)
@@ -51,7 +53,7 @@ class Request:
     timestamp_ms: float
     input_length: int
     output_length: int
-    hash_ids: list[int]
+    hash_ids: Sequence[int]  # from the store: an array('q'), compact in memory and to send to workers
     session_id: str | None = None
     delay_ms: float | None = None  # wait after the session's previous response ended
     call_id: str | None = None
@@ -339,80 +341,57 @@ def render_message(role: str, content: str | None, tool_calls: str | None, name:
     return "".join(parts)
 
 
-class _Grouped:
-    """Rows of an ordered cursor, taken one trace at a time."""
-
-    def __init__(self, cursor: duckdb.DuckDBPyConnection) -> None:
-        self.cursor = cursor
-        self.buffer: list[tuple] = []
-        self.index = 0
-        self.done = False
-
-    def _peek(self) -> tuple | None:
-        if self.index >= len(self.buffer):
-            if self.done:
-                return None
-            self.buffer = self.cursor.fetchmany(FETCH_ROWS)
-            self.index = 0
-            if not self.buffer:
-                self.done = True
-                return None
-        return self.buffer[self.index]
-
-    def take(self, trace_id: str) -> list[tuple]:
-        """The rows of `trace_id`; [] when the next rows belong to a later trace. Both streams
-        list the same traces in the same order, the other only a subset of them."""
-        rows = []
-        while (row := self._peek()) is not None and row[0] == trace_id:
-            rows.append(row)
-            self.index += 1
-        return rows
-
+# Conversations are read a batch of traces at a time, each batch one stretch of each table
+# (analysis.batches): sorting every message of the store at once would spill to disk on a big one.
+CONVERSATION_TABLES = ("llm_calls", "messages", "tool_defs")
+CONVERSATION_BATCH_CALLS = 20_000
 
 _CALLS_SQL = """
     SELECT c.trace_id, c.call_id, c.seq, coalesce(c.model, '(unknown)'), w.workload,
            epoch_ms(c.started_at), epoch_ms(c.ended_at), c.duration_ms, epoch_ms(t.started_at),
            c.input_tokens, c.cache_read_tokens, c.output_tokens, c.usage_reported
-    FROM llm_calls c JOIN traces t USING (trace_id)
+    FROM llm_calls c JOIN _tf_batch USING (trace_id) JOIN traces t USING (trace_id)
     LEFT JOIN trace_workloads w USING (trace_id)
+    WHERE c.rowid BETWEEN ? AND ?
     ORDER BY c.trace_id, c.seq
 """
 _MESSAGES_SQL = """
-    SELECT trace_id, seq, role, content, tool_calls, name, call_id, reasoning
-    FROM messages WHERE trace_id IN (SELECT trace_id FROM llm_calls)
-    ORDER BY trace_id, seq
+    SELECT m.trace_id, m.seq, m.role, m.content, m.tool_calls, m.name, m.call_id, m.reasoning
+    FROM messages m JOIN _tf_batch USING (trace_id)
+    WHERE m.rowid BETWEEN ? AND ?
+    ORDER BY m.trace_id, m.seq
 """
 _DEFS_SQL = """
-    SELECT trace_id, name, description, parameters
-    FROM tool_defs WHERE trace_id IN (SELECT trace_id FROM llm_calls)
-    ORDER BY trace_id, name
+    SELECT d.trace_id, d.name, d.description, d.parameters
+    FROM tool_defs d JOIN _tf_batch USING (trace_id)
+    WHERE d.rowid BETWEEN ? AND ?
+    ORDER BY d.trace_id, d.name
 """
 
 
 def _conversations(con: duckdb.DuckDBPyConnection) -> Iterator[tuple[list[_Call], str]]:
     """Per trace: its calls (with input and output character counts filled in) and its rendered
     conversation text."""
-    cursors = [con.cursor() for _ in range(3)]
-    try:
-        calls_cursor = cursors[0].execute(_CALLS_SQL)
-        messages = _Grouped(cursors[1].execute(_MESSAGES_SQL))
-        defs = _Grouped(cursors[2].execute(_DEFS_SQL))
-        batch: list[tuple] = []
-        for row in _rows(calls_cursor):
-            if batch and row[0] != batch[0][0]:
-                yield _conversation(batch, messages.take(batch[0][0]), defs.take(batch[0][0]))
-                batch = []
-            batch.append(row)
-        if batch:
-            yield _conversation(batch, messages.take(batch[0][0]), defs.take(batch[0][0]))
-    finally:
-        for cursor in cursors:
-            cursor.close()
+    for batch in trace_batches(con, CONVERSATION_TABLES, CONVERSATION_BATCH_CALLS):
+        con.register("_tf_batch", pl.DataFrame({"trace_id": batch.trace_ids}, schema={"trace_id": pl.Utf8}))
+        try:
+            calls, messages, defs = (
+                _by_trace(con.execute(sql, list(batch.rowids[table])).fetchall())
+                for sql, table in zip(
+                    (_CALLS_SQL, _MESSAGES_SQL, _DEFS_SQL), CONVERSATION_TABLES, strict=True
+                )
+            )
+        finally:
+            con.unregister("_tf_batch")
+        for trace_id in batch.trace_ids:
+            yield _conversation(calls[trace_id], messages.get(trace_id, []), defs.get(trace_id, []))
 
 
-def _rows(cursor: duckdb.DuckDBPyConnection) -> Iterator[tuple]:
-    while rows := cursor.fetchmany(FETCH_ROWS):
-        yield from rows
+def _by_trace(rows: list[tuple]) -> dict[str, list[tuple]]:
+    grouped: dict[str, list[tuple]] = {}
+    for row in rows:
+        grouped.setdefault(row[0], []).append(row)
+    return grouped
 
 
 def _conversation(
@@ -549,7 +528,15 @@ def _calibrate(con: duckdb.DuckDBPyConnection) -> tuple[Calibration, list[_Call]
             all_calls.append(call)
             if call.usage_reported and call.input_tokens and call.input_chars:
                 points[call.model][call.workload].append((call.input_chars, call.input_tokens))
-    return fit_calibration(points, sorted({c.model for c in all_calls})), all_calls
+    # in a fixed order, so the fit's floating-point sums do not depend on where traces sit in the store
+    ordered = {
+        model: {
+            workload: sorted(groups[workload])
+            for workload in sorted(groups, key=lambda w: (w is None, w or ""))
+        }
+        for model, groups in points.items()
+    }
+    return fit_calibration(ordered, sorted({c.model for c in all_calls})), all_calls
 
 
 ESTIMATE_METHOD = (
@@ -720,7 +707,7 @@ def load_requests(con: duckdb.DuckDBPyConnection, block_size: int = BLOCK_SIZE) 
     requests.sort(key=lambda item: (item[0].timestamp_ms, item[2], item[3]))
     dense: dict[bytes, int] = {}
     for request, digests, *_ in requests:
-        request.hash_ids = [dense.setdefault(d, len(dense)) for d in digests]
+        request.hash_ids = array("q", [dense.setdefault(d, len(dense)) for d in digests])
     return RequestLog(
         requests=[r for r, *_ in requests],
         block_size=block_size,

@@ -1,0 +1,84 @@
+"""Reading a big store a batch of traces at a time, in linear time.
+
+A batch read as `... JOIN batch_ids USING (trace_id)` scans the whole table for every batch, so
+reading a store in batches costs batches x store: quadratic. Here each batch also carries, per
+table, the range of row ids that holds all its rows, and batches follow the physical order of the
+main table (the ingest writes a trace's rows together, in every table). A query that adds
+`WHERE rowid BETWEEN ? AND ?` lets DuckDB skip the rest of the table, so each batch reads one
+stretch of each table and the whole store is read about once.
+
+The ranges are exact bounds whatever the layout (a trace re-ingested later sits elsewhere: its
+batch's range is wider, never wrong), so the join on trace ids still decides which rows belong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import duckdb
+
+EMPTY_RANGE = (1, 0)  # BETWEEN 1 AND 0 holds no row
+
+
+@dataclass
+class TraceBatch:
+    """Traces read together, with the row-id range of their rows in each table."""
+
+    trace_ids: list[str] = field(default_factory=list)
+    rows: int = 0  # their rows in the main table
+    rowids: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+def trace_batches(
+    con: duckdb.DuckDBPyConnection,
+    tables: Sequence[str],
+    batch_rows: int,
+    where: str = "TRUE",
+    params: Sequence[object] = (),
+) -> list[TraceBatch]:
+    """The traces with rows in `tables[0]` (the main table) and satisfying `where` (a condition on
+    `trace_id`, with `params` bound to its placeholders), in batches of about `batch_rows` rows of
+    the main table (a trace is never split), in the main table's physical order.
+
+    >>> con = store.connect("traceforge.duckdb")                             # doctest: +SKIP
+    >>> [b.trace_ids for b in trace_batches(con, ["tool_calls", "messages"], 20_000)]  # doctest: +SKIP
+    [['t1', 't2', ...], ...]
+    """
+    main, *others = tables
+    spans = " ".join(
+        f"LEFT JOIN (SELECT trace_id, min(rowid) AS lo, max(rowid) AS hi FROM {table} GROUP BY trace_id) "
+        f"AS {table} USING (trace_id)"
+        for table in others
+    )
+    rows = con.execute(
+        f"""
+        WITH main AS (
+            SELECT trace_id, count(*) AS n, min(rowid) AS lo, max(rowid) AS hi
+            FROM {main} GROUP BY trace_id
+        )
+        SELECT main.trace_id, main.n, main.lo, main.hi
+               {"".join(f", {table}.lo, {table}.hi" for table in others)}
+        FROM main {spans}
+        WHERE {where}
+        ORDER BY main.lo
+        """,
+        list(params),
+    ).fetchall()
+    batches: list[TraceBatch] = []
+    for row in rows:
+        if not batches or batches[-1].rows >= batch_rows:
+            batches.append(TraceBatch(rowids=dict.fromkeys(tables, EMPTY_RANGE)))
+        batch = batches[-1]
+        batch.trace_ids.append(row[0])
+        batch.rows += row[1]
+        for position, table in enumerate(tables):
+            low, high = row[2 + 2 * position], row[3 + 2 * position]
+            if low is None:
+                continue  # no rows of this trace in that table
+            old_low, old_high = batch.rowids[table]
+            if (old_low, old_high) == EMPTY_RANGE:
+                batch.rowids[table] = (low, high)
+            else:
+                batch.rowids[table] = (min(old_low, low), max(old_high, high))
+    return batches
