@@ -50,6 +50,12 @@ PASTED_INTO_SQL = {
         "columns named after table names from the callers' code"
     ),
     ("analysis/batches.py", "where"): "a condition written in the callers' code (values bound)",
+    ("analysis/batches.py", "alias"): "a table alias written in the callers' code",
+    ("analysis/deps.py", "where['tool_calls'][0]"): "TraceBatch.within: a row-id range, values bound",
+    ("analysis/deps.py", "where['messages'][0]"): "TraceBatch.within: a row-id range, values bound",
+    ("analysis/deps.py", "where['tool_defs'][0]"): "TraceBatch.within: a row-id range, values bound",
+    ("analysis/deps.py", "where['llm_calls'][0]"): "TraceBatch.within: a row-id range, values bound",
+    ("analysis/prefix_cache.py", "where"): "TraceBatch.within: a row-id range, values bound",
     ("ingest/writer.py", "table"): "a loop over writer.SCHEMAS / TRACE_TABLES",
     ("ingest/writer.py", "column"): "an id column named by the writer",
     ("ingest/parallel.py", "table"): "a loop over writer.SCHEMAS",

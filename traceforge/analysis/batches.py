@@ -9,6 +9,8 @@ stretch of each table and the whole store is read about once.
 
 The ranges are exact bounds whatever the layout (a trace re-ingested later sits elsewhere: its
 batch's range is wider, never wrong), so the join on trace ids still decides which rows belong.
+Views (a store attached to a Parquet lake, `traceforge lake attach`) have no row ids: their
+batches carry no ranges and are read with the join alone.
 """
 
 from __future__ import annotations
@@ -27,7 +29,13 @@ class TraceBatch:
 
     trace_ids: list[str] = field(default_factory=list)
     rows: int = 0  # their rows in the main table
-    rowids: dict[str, tuple[int, int]] = field(default_factory=dict)
+    rowids: dict[str, tuple[int, int]] | None = field(default_factory=dict)  # None: views, no row ids
+
+    def within(self, alias: str, table: str) -> tuple[str, list[int]]:
+        """A WHERE clause keeping `alias`'s rows to this batch's range of `table`, and its values."""
+        if self.rowids is None:
+            return "", []
+        return f"WHERE {alias}.rowid BETWEEN ? AND ?", list(self.rowids[table])
 
 
 def trace_batches(
@@ -46,6 +54,9 @@ def trace_batches(
     [['t1', 't2', ...], ...]
     """
     main, *others = tables
+    base_tables = {row[0] for row in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+    if not base_tables.issuperset(tables):
+        return _batches_without_rowids(con, main, batch_rows, where, params)
     spans = " ".join(
         f"LEFT JOIN (SELECT trace_id, min(rowid) AS lo, max(rowid) AS hi FROM {table} GROUP BY trace_id) "
         f"AS {table} USING (trace_id)"
@@ -81,4 +92,20 @@ def trace_batches(
                 batch.rowids[table] = (low, high)
             else:
                 batch.rowids[table] = (min(old_low, low), max(old_high, high))
+    return batches
+
+
+def _batches_without_rowids(
+    con: duckdb.DuckDBPyConnection, main: str, batch_rows: int, where: str, params: Sequence[object]
+) -> list[TraceBatch]:
+    rows = con.execute(
+        f"SELECT trace_id, count(*) FROM {main} WHERE {where} GROUP BY trace_id ORDER BY trace_id",
+        list(params),
+    ).fetchall()
+    batches: list[TraceBatch] = []
+    for trace_id, count in rows:
+        if not batches or batches[-1].rows >= batch_rows:
+            batches.append(TraceBatch(rowids=None))
+        batches[-1].trace_ids.append(trace_id)
+        batches[-1].rows += count
     return batches

@@ -315,7 +315,7 @@ def analyze_dependencies(
 
     def read_parts() -> Any:
         for part in parts:
-            yield read_trace_rows(con, part.trace_ids, part.rowids)
+            yield read_trace_rows(con, part.trace_ids, part)
 
     shared = (mode, config, settings)
     done = 0

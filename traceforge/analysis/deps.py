@@ -49,6 +49,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
+from traceforge.analysis.batches import TraceBatch
 from traceforge.analysis.effects import DepsConfig, Effect, classify, is_key_param, tool_nouns, word_set
 
 LOOSE_MIN_CONFIDENCE = 0.6
@@ -313,69 +314,71 @@ ROW_TABLES = ("tool_calls", "messages", "tool_defs", "llm_calls")
 
 
 def read_trace_rows(
-    con: duckdb.DuckDBPyConnection,
-    trace_ids: list[str],
-    rowids: dict[str, tuple[int, int]] | None = None,
+    con: duckdb.DuckDBPyConnection, trace_ids: list[str], batch: TraceBatch | None = None
 ) -> list[TraceRows]:
     """The store rows `trace_input` assembles a trace from, per trace in `trace_ids`: plain tuples,
     cheap to send to a worker process.
 
-    `rowids`, per table of ROW_TABLES, the range of row ids that holds all the rows of these traces
-    (a table left out is searched whole): DuckDB then scans only that stretch of the table, not all
-    of it for every batch, which would make reading a big store in batches quadratic."""
+    `batch`, when these are the traces of a `trace_batches` batch over ROW_TABLES, lets DuckDB scan
+    only the stretch of each table that holds them (see analysis/batches.py)."""
     if not trace_ids:
         return []
     frame = pl.DataFrame({"trace_id": trace_ids}, schema={"trace_id": pl.Utf8})
-    bounds = {table: list((rowids or {}).get(table, (0, 2**62))) for table in ROW_TABLES}
+    batch = batch or TraceBatch(rowids=None)
+    # per table: a clause keeping the scan to the batch's stretch of it, and its values
+    where = {
+        table: batch.within(alias, table)
+        for alias, table in zip(("tc", "m", "d", "c"), ROW_TABLES, strict=True)
+    }
     con.register("_tf_dep_ids", frame)
     try:
         calls = _grouped(
             con.execute(
-                """
+                f"""
                 SELECT tc.trace_id, tc.tool_call_id, tc.seq, tc.name, tc.arguments, tc.result,
                        coalesce(tc.is_error, false), tc.source_tool_call_id, tc.call_id,
                        coalesce(tc.duration_ms, date_diff('millisecond', tc.started_at, tc.ended_at)),
                        coalesce(tc.requestor, 'assistant')
                 FROM tool_calls tc JOIN _tf_dep_ids USING (trace_id)
-                WHERE tc.rowid BETWEEN ? AND ?
+                {where["tool_calls"][0]}
                 ORDER BY tc.trace_id, tc.seq
                 """,
-                bounds["tool_calls"],
+                where["tool_calls"][1],
             ).fetchall()
         )
         messages = _grouped(
             con.execute(
-                """
+                f"""
                 SELECT m.trace_id, m.seq, m.role, m.content, m.reasoning, m.tool_call_id, m.call_id,
                        json_extract_string(m.tool_calls, '$[*].id'), length(m.tool_calls)
                 FROM messages m JOIN _tf_dep_ids USING (trace_id)
-                WHERE m.rowid BETWEEN ? AND ?
+                {where["messages"][0]}
                 ORDER BY m.trace_id, m.seq
                 """,
-                bounds["messages"],
+                where["messages"][1],
             ).fetchall()
         )
         defs = _grouped(
             con.execute(
-                """
+                f"""
                 SELECT d.trace_id, d.name, d.description, d.parameters, d.annotations
                 FROM tool_defs d JOIN _tf_dep_ids USING (trace_id)
-                WHERE d.rowid BETWEEN ? AND ?
+                {where["tool_defs"][0]}
                 ORDER BY d.trace_id, d.name
                 """,
-                bounds["tool_defs"],
+                where["tool_defs"][1],
             ).fetchall()
         )
         llm = _grouped(
             con.execute(
-                """
+                f"""
                 SELECT c.trace_id, c.call_id, c.seq, c.duration_ms, c.started_at, c.ended_at,
                        c.input_tokens, c.output_tokens, c.usage_reported
                 FROM llm_calls c JOIN _tf_dep_ids USING (trace_id)
-                WHERE c.rowid BETWEEN ? AND ?
+                {where["llm_calls"][0]}
                 ORDER BY c.trace_id, c.seq
                 """,
-                bounds["llm_calls"],
+                where["llm_calls"][1],
             ).fetchall()
         )
         workloads = dict(

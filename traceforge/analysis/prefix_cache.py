@@ -346,25 +346,33 @@ def render_message(role: str, content: str | None, tool_calls: str | None, name:
 CONVERSATION_TABLES = ("llm_calls", "messages", "tool_defs")
 CONVERSATION_BATCH_CALLS = 20_000
 
-_CALLS_SQL = """
+
+def _calls_sql(where: str) -> str:
+    return f"""
     SELECT c.trace_id, c.call_id, c.seq, coalesce(c.model, '(unknown)'), w.workload,
            epoch_ms(c.started_at), epoch_ms(c.ended_at), c.duration_ms, epoch_ms(t.started_at),
            c.input_tokens, c.cache_read_tokens, c.output_tokens, c.usage_reported
     FROM llm_calls c JOIN _tf_batch USING (trace_id) JOIN traces t USING (trace_id)
     LEFT JOIN trace_workloads w USING (trace_id)
-    WHERE c.rowid BETWEEN ? AND ?
+    {where}
     ORDER BY c.trace_id, c.seq
 """
-_MESSAGES_SQL = """
+
+
+def _messages_sql(where: str) -> str:
+    return f"""
     SELECT m.trace_id, m.seq, m.role, m.content, m.tool_calls, m.name, m.call_id, m.reasoning
     FROM messages m JOIN _tf_batch USING (trace_id)
-    WHERE m.rowid BETWEEN ? AND ?
+    {where}
     ORDER BY m.trace_id, m.seq
 """
-_DEFS_SQL = """
+
+
+def _defs_sql(where: str) -> str:
+    return f"""
     SELECT d.trace_id, d.name, d.description, d.parameters
     FROM tool_defs d JOIN _tf_batch USING (trace_id)
-    WHERE d.rowid BETWEEN ? AND ?
+    {where}
     ORDER BY d.trace_id, d.name
 """
 
@@ -375,12 +383,15 @@ def _conversations(con: duckdb.DuckDBPyConnection) -> Iterator[tuple[list[_Call]
     for batch in trace_batches(con, CONVERSATION_TABLES, CONVERSATION_BATCH_CALLS):
         con.register("_tf_batch", pl.DataFrame({"trace_id": batch.trace_ids}, schema={"trace_id": pl.Utf8}))
         try:
-            calls, messages, defs = (
-                _by_trace(con.execute(sql, list(batch.rowids[table])).fetchall())
-                for sql, table in zip(
-                    (_CALLS_SQL, _MESSAGES_SQL, _DEFS_SQL), CONVERSATION_TABLES, strict=True
-                )
-            )
+            grouped = []
+            for sql, alias, table in (
+                (_calls_sql, "c", "llm_calls"),
+                (_messages_sql, "m", "messages"),
+                (_defs_sql, "d", "tool_defs"),
+            ):
+                where, values = batch.within(alias, table)
+                grouped.append(_by_trace(con.execute(sql(where), values).fetchall()))
+            calls, messages, defs = grouped
         finally:
             con.unregister("_tf_batch")
         for trace_id in batch.trace_ids:
