@@ -149,13 +149,7 @@ def simulate(
             if block not in cache:
                 break
             run += 1
-        hit = min(run * block_size, request.input_length)
-        result.requests += 1
-        result.total_tokens += request.input_length
-        result.hit_tokens += hit
-        result.total_blocks += len(request.hash_ids)
-        result.hit_blocks += run
-        result.per_request_hit_tokens.append(hit)
+        _count(result, request, run)
         for block in reversed(request.hash_ids):
             cache[block] = now
             cache.move_to_end(block)
@@ -283,6 +277,7 @@ def replay_chains(
 
 
 def _count(result: CacheResult, request: Request, run: int) -> None:
+    """Count one request that hit on its first `run` blocks."""
     hit = min(run * result.block_size, request.input_length)
     result.requests += 1
     result.total_tokens += request.input_length
