@@ -35,6 +35,17 @@ def con(db_path: Path):
 
 
 @pytest.fixture
+def db(tmp_path: Path, db_path: Path) -> Path:
+    """The export tests' store: their transcripts and dependency rows (`export_helpers.build_store`)."""
+    from export_helpers import build_store
+
+    con = store.connect(db_path)
+    build_store(con, tmp_path)
+    con.close()
+    return db_path
+
+
+@pytest.fixture
 def runner() -> CliRunner:
     return CliRunner()
 

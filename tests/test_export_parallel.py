@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 from datasets import load_dataset
-from export_helpers import build_store, insert_deps, store_messages
+from export_helpers import (
+    insert_deps,
+    store_messages,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -140,14 +143,6 @@ def test_contradicting_dependencies_are_refused(deps, why):
     ]
     with pytest.raises(DependencyError, match=why):
         rewrite(messages, deps)
-
-
-@pytest.fixture
-def db(tmp_path: Path, db_path: Path) -> Path:
-    con = store.connect(db_path)
-    build_store(con, tmp_path)
-    con.close()
-    return db_path
 
 
 def export_parallel(runner, db: Path, out: Path, *extra: str) -> dict:

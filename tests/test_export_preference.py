@@ -6,20 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 from datasets import load_dataset
-from export_helpers import build_store, store_messages
+from export_helpers import (
+    store_messages,
+)
 
 from traceforge import store
 from traceforge.cli import cli
-
-
-@pytest.fixture
-def db(tmp_path: Path, db_path: Path) -> Path:
-    con = store.connect(db_path)
-    build_store(con, tmp_path)
-    con.close()
-    return db_path
 
 
 def export(runner, kind: str, db: Path, out: Path, *extra: str) -> dict:

@@ -10,18 +10,12 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from datasets import Json, load_dataset
-from export_helpers import build_store, store_messages
+from export_helpers import (
+    store_messages,
+)
 
 from traceforge import store
 from traceforge.cli import cli
-
-
-@pytest.fixture
-def db(tmp_path: Path, db_path: Path) -> Path:
-    con = store.connect(db_path)
-    build_store(con, tmp_path)
-    con.close()
-    return db_path
 
 
 def run(runner, *args: str):

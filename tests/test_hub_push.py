@@ -10,7 +10,6 @@ from pathlib import Path
 import huggingface_hub.constants
 import pytest
 from datasets import load_dataset
-from export_helpers import build_store
 from hub_standin import HubStandIn
 
 from traceforge import store
@@ -34,14 +33,6 @@ def hub(tmp_path, monkeypatch):
     with HubStandIn(tmp_path / "hub", token=TOKEN) as standin:
         monkeypatch.setenv("HF_ENDPOINT", standin.endpoint)
         yield standin
-
-
-@pytest.fixture
-def db(tmp_path: Path, db_path: Path) -> Path:
-    con = store.connect(db_path)
-    build_store(con, tmp_path)
-    con.close()
-    return db_path
 
 
 @pytest.fixture

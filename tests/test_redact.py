@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 from datasets import load_dataset
-from export_helpers import FAKE_OPENAI_KEY, build_store
+from export_helpers import (
+    FAKE_OPENAI_KEY,
+)
 
-from traceforge import store
 from traceforge.cli import cli
 from traceforge.export.redact import find, redact
 from traceforge.export.source import Conversation, message
@@ -133,14 +134,6 @@ def test_secret_fields_and_later_bare_occurrences():
     assert redacted.messages[2]["content"] == "welcome, session [REDACTED_BEARER_TOKEN_1] and password pw42"
     assert counts == {"secret_field": 2, "bearer_token": 2}
     assert redacted.messages[1]["tool_calls"][0]["id"] == "c1"  # structure untouched
-
-
-@pytest.fixture
-def db(tmp_path: Path, db_path: Path) -> Path:
-    con = store.connect(db_path)
-    build_store(con, tmp_path)
-    con.close()
-    return db_path
 
 
 SECRETS = [
