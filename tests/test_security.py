@@ -56,6 +56,7 @@ PASTED_INTO_SQL = {
     ("analysis/deps.py", "where['tool_defs'][0]"): "TraceBatch.within: a row-id range, values bound",
     ("analysis/deps.py", "where['llm_calls'][0]"): "TraceBatch.within: a row-id range, values bound",
     ("analysis/prefix_cache.py", "where"): "TraceBatch.within: a row-id range, values bound",
+    ("store.py", "table"): "insert_frame's table: writer.SCHEMAS and the analysis tables, named by callers",
     ("ingest/writer.py", "table"): "a loop over writer.SCHEMAS / TRACE_TABLES",
     ("ingest/writer.py", "column"): "an id column named by the writer",
     ("ingest/parallel.py", "table"): "a loop over writer.SCHEMAS",

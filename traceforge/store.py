@@ -7,12 +7,15 @@ Never edit a migration that has shipped: append a new one.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
+import polars as pl
 
 DEFAULT_DB = "traceforge.duckdb"
 
@@ -462,3 +465,19 @@ def _check_version(con: duckdb.DuckDBPyConnection, path: Path) -> None:
             f"{path} has schema version {max(done)}; this traceforge needs {SCHEMA_VERSION}. "
             "Any command that writes to it (`traceforge ingest --db FILE PATH`) upgrades it in place."
         )
+
+
+@contextlib.contextmanager
+def registered(con: duckdb.DuckDBPyConnection, name: str, frame: pl.DataFrame) -> Iterator[None]:
+    """`frame` visible to SQL on `con` as the table `name` for the duration of the block."""
+    con.register(name, frame)
+    try:
+        yield
+    finally:
+        con.unregister(name)
+
+
+def insert_frame(con: duckdb.DuckDBPyConnection, table: str, frame: pl.DataFrame) -> None:
+    """Insert `frame`'s rows into `table`, matching columns by name."""
+    with registered(con, "_tf_rows", frame):
+        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _tf_rows")

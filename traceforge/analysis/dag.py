@@ -36,6 +36,7 @@ import duckdb
 import networkx as nx
 import polars as pl
 
+from traceforge import store
 from traceforge.analysis.batches import trace_batches
 from traceforge.analysis.deps import (
     ROW_TABLES,
@@ -427,11 +428,7 @@ class _Rows:
         ):
             if not next(iter(columns.values())):
                 continue
-            con.register("_tf_dag_rows", pl.DataFrame(columns, schema=schema))
-            try:
-                con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _tf_dag_rows")
-            finally:
-                con.unregister("_tf_dag_rows")
+            store.insert_frame(con, table, pl.DataFrame(columns, schema=schema))
 
 
 def _generations(graph: nx.DiGraph) -> list[list[int]]:

@@ -49,6 +49,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
+from traceforge import store
 from traceforge.analysis.batches import TraceBatch
 from traceforge.analysis.effects import DepsConfig, Effect, classify, is_key_param, tool_nouns, word_set
 
@@ -330,8 +331,7 @@ def read_trace_rows(
         table: batch.within(alias, table)
         for alias, table in zip(("tc", "m", "d", "c"), ROW_TABLES, strict=True)
     }
-    con.register("_tf_dep_ids", frame)
-    try:
+    with store.registered(con, "_tf_dep_ids", frame):
         calls = _grouped(
             con.execute(
                 f"""
@@ -384,8 +384,6 @@ def read_trace_rows(
         workloads = dict(
             con.execute("SELECT trace_id, workload FROM traces JOIN _tf_dep_ids USING (trace_id)").fetchall()
         )
-    finally:
-        con.unregister("_tf_dep_ids")
     return [
         (
             tid,

@@ -40,6 +40,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
+from traceforge import store
 from traceforge.analysis.batches import trace_batches
 
 BLOCK_SIZE = 512
@@ -376,8 +377,9 @@ def _conversations(con: duckdb.DuckDBPyConnection) -> Iterator[tuple[list[_Call]
     """Per trace: its calls (with input and output character counts filled in) and its rendered
     conversation text."""
     for batch in trace_batches(con, CONVERSATION_TABLES, CONVERSATION_BATCH_CALLS):
-        con.register("_tf_batch", pl.DataFrame({"trace_id": batch.trace_ids}, schema={"trace_id": pl.Utf8}))
-        try:
+        with store.registered(
+            con, "_tf_batch", pl.DataFrame({"trace_id": batch.trace_ids}, schema={"trace_id": pl.Utf8})
+        ):
             grouped = []
             for sql, alias, table in (
                 (_calls_sql, "c", "llm_calls"),
@@ -387,8 +389,6 @@ def _conversations(con: duckdb.DuckDBPyConnection) -> Iterator[tuple[list[_Call]
                 where, values = batch.within(alias, table)
                 grouped.append(_by_trace(con.execute(sql(where), values).fetchall()))
             calls, messages, defs = grouped
-        finally:
-            con.unregister("_tf_batch")
         for trace_id in batch.trace_ids:
             yield _conversation(calls[trace_id], messages.get(trace_id, []), defs.get(trace_id, []))
 

@@ -23,6 +23,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
+from traceforge import store
 from traceforge.ingest import writer
 from traceforge.ingest.sources import sha256_file
 from traceforge.workers import ordered_map
@@ -116,7 +117,7 @@ def write_batch(
         for table in writer.SCHEMAS:
             frames = [p.frames[table] for p in fast if table in p.frames]
             if frames:
-                _insert(con, table, pl.concat(frames, how="vertical", rechunk=False))
+                store.insert_frame(con, table, pl.concat(frames, how="vertical", rechunk=False))
         position = {id(p): k for k, p in enumerate(prepared)}
         slow: list[writer.ParsedFile] = []
         for item in items:
@@ -133,19 +134,11 @@ def write_batch(
                 writer._add_file(rows, parsed, ids)
             for table in writer.SCHEMAS:
                 if rows.count(table):
-                    _insert(con, table, rows.frame(table))
+                    store.insert_frame(con, table, rows.frame(table))
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
         raise
-
-
-def _insert(con: duckdb.DuckDBPyConnection, table: str, frame: pl.DataFrame) -> None:
-    con.register("_tf_rows", frame)
-    try:
-        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _tf_rows")
-    finally:
-        con.unregister("_tf_rows")
 
 
 def _colliding(con: duckdb.DuckDBPyConnection, prepared: list[Prepared]) -> set[int]:
@@ -164,12 +157,9 @@ def _colliding(con: duckdb.DuckDBPyConnection, prepared: list[Prepared]) -> set[
         first = ids.group_by("id").agg(pl.col("file").min().alias("first"))
         later = ids.join(first, on="id").filter(pl.col("file") > pl.col("first"))
         colliding.update(later["file"].to_list())
-        con.register("_tf_ids", ids)
-        try:
+        with store.registered(con, "_tf_ids", ids):
             taken = con.execute(
                 f"SELECT DISTINCT i.file FROM _tf_ids i JOIN {table} t ON t.{column} = i.id"
             ).fetchall()
-        finally:
-            con.unregister("_tf_ids")
         colliding.update(row[0] for row in taken)
     return colliding

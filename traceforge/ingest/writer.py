@@ -16,7 +16,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from traceforge import __version__
+from traceforge import __version__, store
 from traceforge.ingest.values import clean_text, to_json
 from traceforge.model import ParseResult, Reject, Trace
 
@@ -167,12 +167,7 @@ def write(con: duckdb.DuckDBPyConnection, files: list[ParsedFile]) -> None:
             _add_file(rows, parsed, ids)
         for table in SCHEMAS:
             if rows.count(table):
-                frame = rows.frame(table)
-                con.register("_tf_rows", frame)
-                try:
-                    con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _tf_rows")
-                finally:
-                    con.unregister("_tf_rows")
+                store.insert_frame(con, table, rows.frame(table))
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
@@ -203,13 +198,10 @@ def _taken(con: duckdb.DuckDBPyConnection | None, table: str, column: str, candi
     if not candidates or con is None:
         return set()
     frame = pl.DataFrame({"id": candidates}, schema={"id": pl.Utf8})
-    con.register("_tf_ids", frame)
-    try:
+    with store.registered(con, "_tf_ids", frame):
         rows = con.execute(
             f"SELECT {column} FROM {table} WHERE {column} IN (SELECT id FROM _tf_ids)"
         ).fetchall()
-    finally:
-        con.unregister("_tf_ids")
     return {row[0] for row in rows}
 
 
