@@ -55,8 +55,9 @@ def trace_batches(
     """
     main, *others = tables
     base_tables = {row[0] for row in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
-    if not base_tables.issuperset(tables):
-        return _batches_without_rowids(con, main, batch_rows, where, params)
+    if not base_tables.issuperset(tables):  # views: no row ids, traces in id order
+        query = f"SELECT trace_id, count(*) FROM {main} WHERE {where} GROUP BY trace_id ORDER BY trace_id"
+        return _batched(con.execute(query, list(params)).fetchall(), None, batch_rows)
     spans = " ".join(
         f"LEFT JOIN (SELECT trace_id, min(rowid) AS lo, max(rowid) AS hi FROM {table} GROUP BY trace_id) "
         f"AS {table} USING (trace_id)"
@@ -76,15 +77,21 @@ def trace_batches(
         """,
         list(params),
     ).fetchall()
+    return _batched(rows, tables, batch_rows)
+
+
+def _batched(rows: list[tuple], tables: Sequence[str] | None, batch_rows: int) -> list[TraceBatch]:
+    """Rows of (trace_id, rows in the main table, then a low and a high row id per table when
+    `tables` is given) cut into batches; each batch's range per table spans its traces'."""
     batches: list[TraceBatch] = []
-    for row in rows:
+    for trace_id, count, *bounds in rows:
         if not batches or batches[-1].rows >= batch_rows:
-            batches.append(TraceBatch(rowids=dict.fromkeys(tables, EMPTY_RANGE)))
+            batches.append(TraceBatch(rowids=None if tables is None else dict.fromkeys(tables, EMPTY_RANGE)))
         batch = batches[-1]
-        batch.trace_ids.append(row[0])
-        batch.rows += row[1]
-        for position, table in enumerate(tables):
-            low, high = row[2 + 2 * position], row[3 + 2 * position]
+        batch.trace_ids.append(trace_id)
+        batch.rows += count
+        for position, table in enumerate(tables or ()):
+            low, high = bounds[2 * position], bounds[2 * position + 1]
             if low is None:
                 continue  # no rows of this trace in that table
             old_low, old_high = batch.rowids[table]
@@ -92,20 +99,4 @@ def trace_batches(
                 batch.rowids[table] = (low, high)
             else:
                 batch.rowids[table] = (min(old_low, low), max(old_high, high))
-    return batches
-
-
-def _batches_without_rowids(
-    con: duckdb.DuckDBPyConnection, main: str, batch_rows: int, where: str, params: Sequence[object]
-) -> list[TraceBatch]:
-    rows = con.execute(
-        f"SELECT trace_id, count(*) FROM {main} WHERE {where} GROUP BY trace_id ORDER BY trace_id",
-        list(params),
-    ).fetchall()
-    batches: list[TraceBatch] = []
-    for trace_id, count in rows:
-        if not batches or batches[-1].rows >= batch_rows:
-            batches.append(TraceBatch(rowids=None))
-        batches[-1].trace_ids.append(trace_id)
-        batches[-1].rows += count
     return batches
