@@ -15,7 +15,7 @@ batches carry no ranges and are read with the join alone.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import duckdb
@@ -78,6 +78,14 @@ def trace_batches(
         list(params),
     ).fetchall()
     return _batched(rows, tables, batch_rows)
+
+
+def rows_by_trace(rows: Iterable[tuple]) -> dict[str, list[tuple]]:
+    """Query rows whose first column is the trace id, grouped by it, without it, in their order."""
+    grouped: dict[str, list[tuple]] = {}
+    for row in rows:
+        grouped.setdefault(row[0], []).append(row[1:])
+    return grouped
 
 
 def _batched(rows: list[tuple], tables: Sequence[str] | None, batch_rows: int) -> list[TraceBatch]:

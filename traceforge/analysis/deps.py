@@ -50,7 +50,7 @@ import duckdb
 import polars as pl
 
 from traceforge import store
-from traceforge.analysis.batches import TraceBatch
+from traceforge.analysis.batches import TraceBatch, rows_by_trace
 from traceforge.analysis.effects import DepsConfig, Effect, classify, is_key_param, tool_nouns, word_set
 
 LOOSE_MIN_CONFIDENCE = 0.6
@@ -332,7 +332,7 @@ def read_trace_rows(
         for alias, table in zip(("tc", "m", "d", "c"), ROW_TABLES, strict=True)
     }
     with store.registered(con, "_tf_dep_ids", frame):
-        calls = _grouped(
+        calls = rows_by_trace(
             con.execute(
                 f"""
                 SELECT tc.trace_id, tc.tool_call_id, tc.seq, tc.name, tc.arguments, tc.result,
@@ -346,7 +346,7 @@ def read_trace_rows(
                 where["tool_calls"][1],
             ).fetchall()
         )
-        messages = _grouped(
+        messages = rows_by_trace(
             con.execute(
                 f"""
                 SELECT m.trace_id, m.seq, m.role, m.content, m.reasoning, m.tool_call_id, m.call_id,
@@ -358,7 +358,7 @@ def read_trace_rows(
                 where["messages"][1],
             ).fetchall()
         )
-        defs = _grouped(
+        defs = rows_by_trace(
             con.execute(
                 f"""
                 SELECT d.trace_id, d.name, d.description, d.parameters, d.annotations
@@ -369,7 +369,7 @@ def read_trace_rows(
                 where["tool_defs"][1],
             ).fetchall()
         )
-        llm = _grouped(
+        llm = rows_by_trace(
             con.execute(
                 f"""
                 SELECT c.trace_id, c.call_id, c.seq, c.duration_ms, c.started_at, c.ended_at,
@@ -395,13 +395,6 @@ def read_trace_rows(
         )
         for tid in trace_ids
     ]
-
-
-def _grouped(rows: Iterable[tuple]) -> dict[str, list[tuple]]:
-    grouped: dict[str, list[tuple]] = {}
-    for row in rows:
-        grouped.setdefault(row[0], []).append(row[1:])
-    return grouped
 
 
 def _parse(arguments: str | None) -> Any:

@@ -41,7 +41,7 @@ import duckdb
 import polars as pl
 
 from traceforge import store
-from traceforge.analysis.batches import trace_batches
+from traceforge.analysis.batches import rows_by_trace, trace_batches
 
 BLOCK_SIZE = 512
 DEFAULT_CHARS_PER_TOKEN = 4.0
@@ -387,45 +387,38 @@ def _conversations(con: duckdb.DuckDBPyConnection) -> Iterator[tuple[list[_Call]
                 (_defs_sql, "d", "tool_defs"),
             ):
                 where, values = batch.within(alias, table)
-                grouped.append(_by_trace(con.execute(sql(where), values).fetchall()))
+                grouped.append(rows_by_trace(con.execute(sql(where), values).fetchall()))
             calls, messages, defs = grouped
         for trace_id in batch.trace_ids:
-            yield _conversation(calls[trace_id], messages.get(trace_id, []), defs.get(trace_id, []))
-
-
-def _by_trace(rows: list[tuple]) -> dict[str, list[tuple]]:
-    grouped: dict[str, list[tuple]] = {}
-    for row in rows:
-        grouped.setdefault(row[0], []).append(row)
-    return grouped
+            yield _conversation(trace_id, calls[trace_id], messages.get(trace_id, []), defs.get(trace_id, []))
 
 
 def _conversation(
-    call_rows: list[tuple], message_rows: list[tuple], def_rows: list[tuple]
+    trace_id: str, call_rows: list[tuple], message_rows: list[tuple], def_rows: list[tuple]
 ) -> tuple[list[_Call], str]:
     calls = [
         _Call(
-            call_id=r[1],
-            trace_id=r[0],
-            seq=r[2],
-            model=r[3],
-            workload=r[4],
-            start_ms=r[5],
-            end_ms=r[6],
-            duration_ms=r[7],
-            trace_start_ms=r[8],
-            input_tokens=r[9],
-            cache_read_tokens=r[10],
-            output_tokens=r[11],
-            usage_reported=bool(r[12]),
+            call_id=r[0],
+            trace_id=trace_id,
+            seq=r[1],
+            model=r[2],
+            workload=r[3],
+            start_ms=r[4],
+            end_ms=r[5],
+            duration_ms=r[6],
+            trace_start_ms=r[7],
+            input_tokens=r[8],
+            cache_read_tokens=r[9],
+            output_tokens=r[10],
+            usage_reported=bool(r[11]),
         )
         for r in call_rows
     ]
-    pieces = [render_tools([(r[1], r[2], r[3]) for r in def_rows])]
+    pieces = [render_tools(def_rows)]
     offset = len(pieces[0])
     ends: dict[str, int] = {}
     output_chars: dict[str, int] = {}
-    for _, _, role, content, tool_calls, name, call_id, reasoning in message_rows:
+    for _, role, content, tool_calls, name, call_id, reasoning in message_rows:
         text = render_message(role, content, tool_calls, name)
         if role == "assistant" and call_id is not None and call_id not in ends:
             ends[call_id] = offset
