@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from traceforge.workers import WorkerError, default_workers, ordered_map
+from traceforge.workers import WorkerError, default_workers, ordered_map, worker_count
 
 
 def test_results_come_back_in_the_order_of_the_items():
@@ -32,3 +32,12 @@ def test_traceforge_workers_sets_how_many(monkeypatch):
     monkeypatch.setenv("TRACEFORGE_WORKERS", "many")
     with pytest.raises(ValueError, match="TRACEFORGE_WORKERS must be a whole number"):
         default_workers()
+
+
+def test_how_many_workers_a_piece_of_work_gets(monkeypatch):
+    monkeypatch.setenv("TRACEFORGE_WORKERS", "4")
+    assert worker_count(None, work=10, threshold=100) == 1  # too little to pay for processes
+    assert worker_count(None, work=101, threshold=100) == 4
+    assert worker_count(None, work=101, threshold=100, items=3) == 3  # no more than the pieces
+    assert worker_count(2, work=0, threshold=100) == 2  # asked for: always
+    assert worker_count(0, work=0, threshold=100, items=0) == 1

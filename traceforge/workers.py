@@ -51,6 +51,19 @@ def default_workers() -> int:
         return os.cpu_count() or 1
 
 
+def worker_count(requested: int | None, work: int, threshold: int, items: int | None = None) -> int:
+    """How many worker processes to use: `requested` when given, else `default_workers()` when
+    there is more `work` than `threshold` (below it, starting processes costs more than it
+    saves), else 1 (none); never more than `items`, the pieces the work comes in, when known."""
+    if requested is not None:
+        count = max(1, requested)
+    elif work > threshold:
+        count = default_workers()
+    else:
+        count = 1
+    return max(1, min(count, items)) if items is not None else count
+
+
 def resolve(function: str) -> Callable[..., Any]:
     """The function named "package.module:function"."""
     module, _, name = function.partition(":")

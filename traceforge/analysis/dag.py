@@ -50,7 +50,7 @@ from traceforge.analysis.deps import (
     trace_input,
 )
 from traceforge.analysis.effects import MODES, DepsConfig
-from traceforge.workers import default_workers, ordered_map
+from traceforge.workers import ordered_map, worker_count
 
 # Bump when inference or scheduling changes what they write: stored results of another version are
 # recomputed by the next analysis.
@@ -307,8 +307,7 @@ def analyze_dependencies(
     (total_calls,) = con.execute(
         f"SELECT count(*) FROM tool_calls WHERE {pending}", [recompute, settings]
     ).fetchone()
-    count = workers if workers is not None else default_workers()
-    count = max(1, count) if total_calls > PARALLEL_MIN_CALLS or workers is not None else 1
+    count = worker_count(workers, total_calls, PARALLEL_MIN_CALLS)
     # Batches are read in the tables' physical order, one stretch of each table (analysis.batches),
     # and split in `count` parts so every worker has a share of each.
     parts = trace_batches(con, ROW_TABLES, max(1, batch_calls // count), pending, [recompute, settings])

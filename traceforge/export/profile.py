@@ -47,7 +47,7 @@ from traceforge.analysis.timing import ALL, arrival_stats, gap_stats, percentile
 from traceforge.analysis.workloads import assign_workloads, compute_workloads
 from traceforge.export.replay import replay_commands, write_replay
 from traceforge.pricing import PriceTable
-from traceforge.workers import default_workers, ordered_map
+from traceforge.workers import ordered_map, worker_count
 
 # Below this many LLM calls, starting worker processes costs more than it saves.
 PARALLEL_MIN_REQUESTS = 20_000
@@ -131,8 +131,8 @@ def build_profile(
                 savings.get(name),
             )
         )
-    count = workers if workers is not None else default_workers()
-    if count > 1 and len(tasks) > 2 and (workers is not None or len(log.requests) > PARALLEL_MIN_REQUESTS):
+    count = worker_count(workers, len(log.requests), PARALLEL_MIN_REQUESTS, len(tasks) - 1)
+    if count > 1:
         profiles = iter(ordered_map("traceforge.export.profile:workload_profile", tasks, count, (context,)))
     else:
         profiles = (workload_profile(context, task) for task in tasks)

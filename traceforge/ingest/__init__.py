@@ -27,7 +27,7 @@ from traceforge.ingest.sources import SourceError, expand_paths, sha256_file
 from traceforge.ingest.stream import ContentError, open_records
 from traceforge.ingest.writer import ParsedFile
 from traceforge.model import ParseResult, Reject
-from traceforge.workers import default_workers
+from traceforge.workers import worker_count
 
 # Files are written together until a batch holds about this many rows, or this many bytes of rows
 # (a batch is held in memory until it is written).
@@ -147,11 +147,8 @@ def _resolve_adapter(fmt: str) -> ModuleType | None:
 
 
 def _worker_count(workers: int | None, files: list[Path]) -> int:
-    if workers is not None:
-        return max(1, min(workers, len(files)))
-    if len(files) < 2 or sum(_size(path) for path in files) < parallel.PARALLEL_MIN_BYTES:
-        return 1
-    return max(1, min(default_workers(), len(files)))
+    size = sum(_size(path) for path in files) if len(files) > 1 else 0
+    return worker_count(workers, size, parallel.PARALLEL_MIN_BYTES - 1, len(files))
 
 
 def _outcome_here(
