@@ -604,6 +604,9 @@ def load_requests(con: duckdb.DuckDBPyConnection, block_size: int = BLOCK_SIZE) 
     `traceforge.analysis.workloads.assign_workloads`). A call with neither conversation text
     nor reported input tokens has no size and is left out (counted in `counts`).
     """
+    # Two passes over the conversations: the first fits the calibration the second needs to place
+    # block boundaries. Keeping every rendered conversation between them would hold the store's
+    # text in memory, so each is rendered twice instead.
     calibration, _ = _calibrate(con)
     requests: list[tuple[Request, list[bytes], str, int]] = []
     counts = {
