@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from traceforge.workers import WorkerError, default_workers, ordered_map, worker_count
@@ -41,3 +43,18 @@ def test_how_many_workers_a_piece_of_work_gets(monkeypatch):
     assert worker_count(None, work=101, threshold=100, items=3) == 3  # no more than the pieces
     assert worker_count(2, work=0, threshold=100) == 2  # asked for: always
     assert worker_count(0, work=0, threshold=100, items=0) == 1
+
+
+def test_a_big_item_waiting_for_a_busy_worker_does_not_hold_up_the_others(monkeypatch):
+    # A megabyte fills the pipe: written from the caller's thread, the second item would wait until
+    # the first worker finished its first, and the other worker would get nothing until then.
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))
+    big = b"x" * (1 << 20)
+    items = [(big, 1.5), (big, 0.0)] + [(b"", 0.0)] * 4
+    results = list(ordered_map("worker_probe:timed", items, workers=2))
+    assert [size for *_, size in results] == [len(payload) for payload, _ in items]  # all of it arrived
+    first_pid, _, first_done, _ = results[0]
+    others = [started for pid, started, _, _ in results[2:] if pid != first_pid]
+    assert others, "the small items all went to the busy worker"
+    assert min(others) < first_done - 0.5

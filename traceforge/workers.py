@@ -20,7 +20,6 @@ import importlib
 import os
 import pickle
 import queue
-import struct
 import subprocess
 import sys
 import threading
@@ -116,22 +115,23 @@ def ordered_map(function: str, items: Iterable[Any], workers: int, shared: tuple
 
 
 def _send(stream: BinaryIO, value: Any) -> None:
-    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(struct.pack("<Q", len(data)))
-    stream.write(data)
+    """Pickle `value` straight into the pipe: no serialised copy of a big item is held on either
+    side (the receiving `pickle.load` reads exactly one pickle)."""
+    pickle.dump(value, stream, protocol=pickle.HIGHEST_PROTOCOL)
     stream.flush()
 
 
 def _receive(stream: BinaryIO) -> Any:
-    header = stream.read(8)
-    if len(header) < 8:
-        raise EOFError
-    (size,) = struct.unpack("<Q", header)
-    return pickle.loads(stream.read(size))
+    return pickle.load(stream)
 
 
 class _Worker:
-    """One worker process and the thread that reads its answers into the shared queue."""
+    """One worker process, the thread that sends it items and the thread that reads its answers
+    into the shared queue.
+
+    Items are sent from a thread of their own: a big item fills the pipe, and the write waits until
+    the worker has finished the item before it. Sent from the caller's thread, that wait would hold
+    up the caller and every other worker with it."""
 
     def __init__(self, function: str, shared: tuple, results: queue.Queue) -> None:
         package_root = str(Path(__file__).resolve().parents[1])
@@ -143,14 +143,27 @@ class _Worker:
             stdout=subprocess.PIPE,
             env=env,
         )
-        _send(self.process.stdin, (function, shared))
         self.in_flight = 0
+        self.outbox: queue.Queue = queue.Queue()
+        self.outbox.put((function, shared))
+        self.sender = threading.Thread(target=self._send_all, daemon=True)
+        self.sender.start()
         self.reader = threading.Thread(target=self._read, args=(results,), daemon=True)
         self.reader.start()
 
     def submit(self, index: int, item: Any) -> None:
         self.in_flight += 1
-        _send(self.process.stdin, (index, item))
+        self.outbox.put((index, item))
+
+    def _send_all(self) -> None:
+        while (message := self.outbox.get()) is not None:
+            try:
+                _send(self.process.stdin, message)
+            except OSError:
+                return  # the worker died: its reader reports it
+            del message  # not held while waiting for the next
+        with contextlib.suppress(OSError):
+            self.process.stdin.close()
 
     def _read(self, results: queue.Queue) -> None:
         while True:
@@ -162,8 +175,13 @@ class _Worker:
             results.put((*message, self))
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.process.stdin.close()
+        with contextlib.suppress(queue.Empty):  # items not sent yet (the caller stopped early)
+            while True:
+                self.outbox.get_nowait()
+        self.outbox.put(None)
+        self.sender.join(timeout=30)
+        if self.sender.is_alive():  # blocked writing to a worker that does not read
+            self.process.kill()
         try:
             self.process.wait(timeout=30)
         except subprocess.TimeoutExpired:
