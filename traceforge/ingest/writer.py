@@ -153,6 +153,17 @@ class Rows:
     def frame(self, table: str) -> pl.DataFrame:
         return pl.DataFrame(self.columns[table], schema=SCHEMAS[table])
 
+    def pop_frame(self, table: str) -> pl.DataFrame:
+        """`frame(table)`, emptying the table's column lists as each is converted, so a big
+        file's rows are not held twice."""
+        columns = self.columns[table]
+        frame = pl.DataFrame(
+            [pl.Series(name, columns.pop(name), dtype=dtype) for name, dtype in SCHEMAS[table].items()]
+        )
+        self.columns[table] = {name: [] for name in SCHEMAS[table]}
+        self._appenders[table] = [(c, items.append) for c, items in self.columns[table].items()]
+        return frame
+
 
 def write(con: duckdb.DuckDBPyConnection, files: list[ParsedFile]) -> None:
     """Write whole files in one transaction; on any error nothing of them is kept."""
