@@ -84,7 +84,7 @@ def test_prefix_stops_at_the_first_miss_and_caps_the_partial_block():
     # the whole of `first` again, 1500 tokens: the partial last block counts only its 476 tokens
     third = Request(20, 1500, 1, [1, 2, 3])
     result = simulate([first, second, third])
-    assert result.per_request_hit_tokens == [0, 512, 1500]
+    assert list(result.per_request_hit_tokens) == [0, 512, 1500]
     assert result.hit_blocks == 1 + 3
 
 
@@ -94,7 +94,7 @@ def test_lru_evicts_a_requests_tail_before_its_prefix():
     c = Request(2, 3 * 512, 1, [1, 2, 3])
     result = simulate([a, b, c], capacity_blocks=3)
     # after b, the cache holds 7 (newest), then a's head blocks 1 and 2; a's tail block 3 went first
-    assert result.per_request_hit_tokens == [0, 0, 2 * 512]
+    assert list(result.per_request_hit_tokens) == [0, 0, 2 * 512]
 
 
 def test_ttl_expires_blocks_not_used_recently():
@@ -102,8 +102,8 @@ def test_ttl_expires_blocks_not_used_recently():
     b = Request(200_000, 512, 1, [1])  # 200 s later: within a 300 s TTL, and it refreshes block 1
     c = Request(450_000, 512, 1, [1])  # 250 s after b: still within
     d = Request(900_000, 512, 1, [1])  # 450 s after c: expired
-    assert simulate([a, b, c, d], ttl_s=300).per_request_hit_tokens == [0, 512, 512, 0]
-    assert simulate([a, b, c, d]).per_request_hit_tokens == [0, 512, 512, 512]
+    assert list(simulate([a, b, c, d], ttl_s=300).per_request_hit_tokens) == [0, 512, 512, 0]
+    assert list(simulate([a, b, c, d]).per_request_hit_tokens) == [0, 512, 512, 512]
 
 
 def test_simulator_rejects_nonsense_settings():

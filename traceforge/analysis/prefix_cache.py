@@ -91,7 +91,7 @@ class CacheResult:
     total_blocks: int = 0
     hit_blocks: int = 0
     peak_blocks: int = 0  # most blocks resident at once
-    per_request_hit_tokens: list[int] = field(default_factory=list, repr=False)
+    per_request_hit_tokens: array = field(default_factory=lambda: array("q"), repr=False)
 
     @property
     def hit_ratio(self) -> float | None:
@@ -209,9 +209,9 @@ def replay_chains(
     results = {(c, None): CacheResult(c, None, block_size) for c in capacities}
     results.update({(None, t): CacheResult(None, t, block_size) for t in ttls})
     size = len(ordered)
-    tree = [0] * (size + 1)  # Fenwick tree: blocks owned by each request, by position
-    owned = [0] * size
-    times = [r.timestamp_ms for r in ordered]
+    tree = array("q", [0]) * (size + 1)  # Fenwick tree: blocks owned by each request, by position
+    owned = array("q", [0]) * size
+    times = array("d", (r.timestamp_ms for r in ordered))
     owner: dict[int, int] = {}
     windows = [[t * 1000.0, 0, 0, 0] for t in ttls]  # ttl_ms, first request within it, blocks, peak
     distinct = 0
@@ -519,12 +519,15 @@ def fit_calibration(
     return calibration
 
 
-def _calibrate(con: duckdb.DuckDBPyConnection) -> tuple[Calibration, list[_Call]]:
+def _calibrate(con: duckdb.DuckDBPyConnection, collect: list[_Call] | None = None) -> Calibration:
+    """Fit the calibration over every conversation; `collect`, when given, receives every call."""
     points: dict[str, dict[str | None, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
-    all_calls: list[_Call] = []
+    models: set[str] = set()
     for calls, _ in _conversations(con):
         for call in calls:
-            all_calls.append(call)
+            models.add(call.model)
+            if collect is not None:
+                collect.append(call)
             if call.usage_reported and call.input_tokens and call.input_chars:
                 points[call.model][call.workload].append((call.input_chars, call.input_tokens))
     # in a fixed order, so the fit's floating-point sums do not depend on where traces sit in the store
@@ -535,7 +538,7 @@ def _calibrate(con: duckdb.DuckDBPyConnection) -> tuple[Calibration, list[_Call]
         }
         for model, groups in points.items()
     }
-    return fit_calibration(ordered, sorted({c.model for c in all_calls})), all_calls
+    return fit_calibration(ordered, sorted(models))
 
 
 ESTIMATE_METHOD = (
@@ -552,7 +555,8 @@ def estimate_tokens(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
     Returns a frame (call_id, input_tokens, output_tokens); the method is `ESTIMATE_METHOD`.
     Calls with no conversation text are absent.
     """
-    calibration, calls = _calibrate(con)
+    calls: list[_Call] = []
+    calibration = _calibrate(con, calls)
     rows = [
         (
             c.call_id,
@@ -571,21 +575,21 @@ def estimate_tokens(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
 
 def _block_digests(
     text: str, end: int, chars_per_block: float, seed: bytes, cache: list[bytes]
-) -> list[bytes]:
-    """Digests of the blocks of text[:end]: the shared full blocks (extending `cache`, the chain of
-    full blocks of `text` computed so far) and a digest of the partial last block, if any."""
+) -> tuple[int, bytes | None]:
+    """The blocks of text[:end]: how many full blocks it has (their digests are `cache[:full]`,
+    `cache` being the chain of full blocks of `text` computed so far, extended here as needed) and
+    the digest of the partial last block, or None."""
     full = int(end // chars_per_block)
     while len(cache) < full:
         k = len(cache)
         start, stop = round(k * chars_per_block), round((k + 1) * chars_per_block)
         previous = cache[-1] if cache else seed
         cache.append(hashlib.blake2b(previous + text[start:stop].encode(), digest_size=8).digest())
-    digests = cache[:full]
     start = round(full * chars_per_block)
-    if end > start:
-        previous = digests[-1] if digests else seed
-        digests.append(hashlib.blake2b(previous + text[start:end].encode(), digest_size=8).digest())
-    return digests
+    if end <= start:
+        return full, None
+    previous = cache[full - 1] if full else seed
+    return full, hashlib.blake2b(previous + text[start:end].encode(), digest_size=8).digest()
 
 
 def _overhead_text(workload: str | None, model: str, chars: int) -> str:
@@ -607,8 +611,11 @@ def load_requests(con: duckdb.DuckDBPyConnection, block_size: int = BLOCK_SIZE) 
     # Two passes over the conversations: the first fits the calibration the second needs to place
     # block boundaries. Keeping every rendered conversation between them would hold the store's
     # text in memory, so each is rendered twice instead.
-    calibration, _ = _calibrate(con)
-    requests: list[tuple[Request, list[bytes], str, int]] = []
+    calibration = _calibrate(con)
+    # Each block digest gets a provisional id as it is made, so a request holds a compact array
+    # rather than its digests; the ids are renumbered by first use in arrival order at the end.
+    provisional: dict[bytes, int] = {}
+    requests: list[tuple[Request, str, int]] = []
     counts = {
         "calls": 0,
         "without_text": 0,
@@ -619,7 +626,7 @@ def load_requests(con: duckdb.DuckDBPyConnection, block_size: int = BLOCK_SIZE) 
         "padded": 0,
     }
     for calls, text in _conversations(con):
-        chains: dict[str, tuple[str, list[bytes]]] = {}
+        chains: dict[str, tuple[str, list[bytes], list[int]]] = {}  # model -> text, full blocks, their ids
         previous: Request | None = None
         for call in calls:
             counts["calls"] += 1
@@ -636,7 +643,7 @@ def load_requests(con: duckdb.DuckDBPyConnection, block_size: int = BLOCK_SIZE) 
             else:
                 counts["without_size"] += 1
                 continue
-            digests: list[bytes] = []
+            ids: list[int] = []
             if call.input_chars is not None:
                 if call.model not in chains:
                     overhead = _overhead_text(
@@ -644,21 +651,25 @@ def load_requests(con: duckdb.DuckDBPyConnection, block_size: int = BLOCK_SIZE) 
                         call.model,
                         round(calibration.overhead(call.workload, call.model) * ratio),
                     )
-                    chains[call.model] = (overhead + text, [])
-                full_text, chain = chains[call.model]
+                    chains[call.model] = (overhead + text, [], [])
+                full_text, chain, chain_ids = chains[call.model]
                 seed = hashlib.blake2b(call.model.encode(), digest_size=8).digest()
                 end = len(full_text) - len(text) + call.input_chars
-                digests = _block_digests(full_text, end, block_size * ratio, seed, chain)
+                full, partial = _block_digests(full_text, end, block_size * ratio, seed, chain)
+                while len(chain_ids) < full:
+                    chain_ids.append(provisional.setdefault(chain[len(chain_ids)], len(provisional)))
+                ids = chain_ids[:full]
+                if partial is not None:
+                    ids.append(provisional.setdefault(partial, len(provisional)))
             else:
                 counts["without_text"] += 1
             needed = math.ceil(length / block_size)
-            if len(digests) < needed:
-                counts["padded"] += 1 if digests else 0
-                digests = digests + [
-                    hashlib.blake2b(f"{call.call_id}#{i}".encode(), digest_size=8).digest()
-                    for i in range(len(digests), needed)
-                ]
-            digests = digests[:needed]
+            if len(ids) < needed:
+                counts["padded"] += 1 if ids else 0
+                for i in range(len(ids), needed):
+                    pad = hashlib.blake2b(f"{call.call_id}#{i}".encode(), digest_size=8).digest()
+                    ids.append(provisional.setdefault(pad, len(provisional)))
+            del ids[needed:]
             if call.usage_reported and call.output_tokens is not None:
                 output, output_estimated = call.output_tokens, False
             else:
@@ -696,7 +707,8 @@ def load_requests(con: duckdb.DuckDBPyConnection, block_size: int = BLOCK_SIZE) 
                 request.delay_ms = max(start - previous.end_ms, 0.0)
             counts["input_estimated"] += input_estimated
             counts["output_estimated"] += output_estimated
-            requests.append((request, digests, call.trace_id, call.seq))
+            request.hash_ids = array("q", ids)
+            requests.append((request, call.trace_id, call.seq))
             previous = request
     known = [r.timestamp_ms for r, *_ in requests if not math.isnan(r.timestamp_ms)]
     origin = min(known) if known else 0.0
@@ -706,10 +718,22 @@ def load_requests(con: duckdb.DuckDBPyConnection, block_size: int = BLOCK_SIZE) 
         request.timestamp_ms -= origin
         if request.end_ms is not None:
             request.end_ms -= origin
-    requests.sort(key=lambda item: (item[0].timestamp_ms, item[2], item[3]))
-    dense: dict[bytes, int] = {}
-    for request, digests, *_ in requests:
-        request.hash_ids = array("q", [dense.setdefault(d, len(dense)) for d in digests])
+    requests.sort(key=lambda item: (item[0].timestamp_ms, item[1], item[2]))
+    unique = len(provisional)
+    del provisional
+    renumbered = array("q", [-1]) * unique
+    typecode = "i" if unique < 2**31 else "q"  # half the memory for all but enormous stores
+    following = 0
+    for request, *_ in requests:
+        ids = array(typecode, map(renumbered.__getitem__, request.hash_ids))
+        if -1 in ids:  # blocks first used here: mostly a request's tail
+            for position, old in enumerate(request.hash_ids):
+                if ids[position] < 0:
+                    if renumbered[old] < 0:
+                        renumbered[old] = following
+                        following += 1
+                    ids[position] = renumbered[old]
+        request.hash_ids = ids
     return RequestLog(
         requests=[r for r, *_ in requests],
         block_size=block_size,
