@@ -68,6 +68,26 @@ def test_duckdb_settings_come_from_the_environment_and_bad_ones_are_named(monkey
         store.connect(tmp_path / "b.duckdb")
 
 
+def test_the_cache_is_given_back_for_python_work_and_its_limit_restored(logs, tmp_path):
+    con = store.connect(tmp_path / "a.duckdb", settings={"memory_limit": "2GB"})
+    try:
+        ingest_paths(con, [logs])
+        con.execute("SELECT * FROM messages ORDER BY content").fetchall()  # fills the cache
+
+        def cached() -> int:
+            return con.execute("SELECT sum(memory_usage_bytes) FROM duckdb_memory()").fetchone()[0]
+
+        before = cached()
+        with store.cache_released(con, limit="8MB"):  # below this small store's cache
+            during = cached()
+            assert con.execute("SELECT count(*) FROM messages").fetchone()[0] > 0  # still queryable
+        (limit,) = con.execute("SELECT current_setting('memory_limit')").fetchone()
+    finally:
+        con.close()
+    assert during < before
+    assert limit == "1.8 GiB"
+
+
 def test_a_store_capped_below_its_data_gives_the_same_results(monkeypatch, logs, tmp_path):
     results = {}
     for name, settings in (("free", {}), ("capped", {"memory_limit": "64MB", "threads": "1"})):
@@ -128,13 +148,14 @@ def test_the_profile_s_worker_processes_give_the_same_profile(logs, tmp_path):
     try:
         ingest_paths(con, [logs])
         analyze_dependencies(con)
-        documents = [build_profile(con, workers=workers).document for workers in (1, 2)]
+        # 1: all in this process; 2: the workloads in one worker; 3: in two
+        documents = [build_profile(con, workers=workers).document for workers in (1, 2, 3)]
     finally:
         con.close()
     for document in documents:
         document.pop("generated_at")
     assert len(documents[0]["workloads"]) > 2  # so the two workers share them
-    assert documents[0] == documents[1]
+    assert documents[0] == documents[1] == documents[2]
 
 
 def test_a_log_s_conversations_keep_only_their_latest_request():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -405,6 +406,7 @@ def connect(
                 f"(environment: {', '.join(SETTINGS_FROM_ENV.values())})"
             ) from exc
         raise StoreError(f"{path}: cannot open as a DuckDB store: {exc}") from exc
+    _MEMORY_LIMITS[con] = config["memory_limit"]
     if not read_only:
         migrate(con)
     else:
@@ -481,3 +483,35 @@ def insert_frame(con: duckdb.DuckDBPyConnection, table: str, frame: pl.DataFrame
     """Insert `frame`'s rows into `table`, matching columns by name."""
     with registered(con, "_tf_rows", frame):
         con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _tf_rows")
+
+
+# The memory limit each connection was opened with: DuckDB prints it to a tenth of a unit only.
+_MEMORY_LIMITS: weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, str] = weakref.WeakKeyDictionary()
+
+# What DuckDB may keep while Python holds the data of a long computation (see `cache_released`).
+RELEASED_MEMORY_LIMIT = "128MB"
+
+
+@contextlib.contextmanager
+def cache_released(con: duckdb.DuckDBPyConnection, limit: str = RELEASED_MEMORY_LIMIT) -> Iterator[None]:
+    """DuckDB's buffer cache emptied for a stretch of Python work that does not query the store.
+
+    DuckDB keeps what it read, up to its memory limit, until the connection closes; while Python
+    holds a big computation's data, that cache would sit beside it and add to the process's peak.
+    Lowering the limit to `limit` evicts the cache (DuckDB gives the memory back at once); it is restored
+    when the block ends (as `connect` set it; on other connections, as DuckDB prints it, to a
+    tenth of a unit). Queries in the block still
+    run, spilling to disk beyond the low limit. Where DuckDB holds more than `limit` that it
+    cannot evict (its indexes), the limit is left as it was: the cache stays, nothing fails."""
+    configured = (
+        _MEMORY_LIMITS.get(con) or con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+    )
+    try:
+        con.execute("SET memory_limit = ?", [limit])
+    except duckdb.OutOfMemoryException:
+        yield
+        return
+    try:
+        yield
+    finally:
+        con.execute("SET memory_limit = ?", [configured])

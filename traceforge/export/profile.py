@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from traceforge import __version__
+from traceforge import __version__, store
 from traceforge.analysis import prefill_decode as pd_analysis
 from traceforge.analysis.deployment import (
     DEFAULT_ITL_MS,
@@ -86,7 +87,8 @@ def build_profile(
     when none is given), observed and projected with the `trace_dag` savings.
 
     The workloads' cache replays are independent: with over `PARALLEL_MIN_REQUESTS` LLM calls they
-    run in `workers` processes (`traceforge.workers`; by default one per CPU).
+    run in `workers - 1` processes (`traceforge.workers`; by default one per CPU) while this one
+    replays all of them together.
     """
     gpu = gpu_profile if isinstance(gpu_profile, GpuProfile) else resolve_gpu_profile(gpu_profile)
     assign_workloads(con, workload_key)
@@ -119,24 +121,31 @@ def build_profile(
     }
     context = _Context(gpu, list(target_rps or []), ttft_ms, itl_ms, block_size, bool(savings))
     overall_savings = _sum_savings(savings.values()) if savings else None
-    # All workloads together first: that one is as big as all the others.
-    tasks = [(log.requests, demand_rows, timing.get(ALL, {}), overall_savings)]
-    for row in spend.workloads:
-        name = row["workload"]
-        tasks.append(
-            (
-                by_workload.get(name, []),
-                rows_by_workload.get(name, []),
-                timing.get(name, {}),
-                savings.get(name),
-            )
+    overall_task = (log.requests, demand_rows, timing.get(ALL, {}), overall_savings)
+    tasks = [
+        (
+            by_workload.get(row["workload"], []),
+            rows_by_workload.get(row["workload"], []),
+            timing.get(row["workload"], {}),
+            savings.get(row["workload"]),
         )
-    count = worker_count(workers, len(log.requests), PARALLEL_MIN_REQUESTS, len(tasks) - 1)
-    if count > 1:
-        profiles = iter(ordered_map("traceforge.export.profile:workload_profile", tasks, count, (context,)))
-    else:
-        profiles = (workload_profile(context, task) for task in tasks)
-    overall = next(profiles)
+        for row in spend.workloads
+    ]
+    # All workloads together are as much work as all the others: this process profiles them while
+    # the workers (one fewer than asked for) profile the workloads, so every request is held once
+    # here and only the workloads being profiled are copied to a worker.
+    count = worker_count(workers, len(log.requests), PARALLEL_MIN_REQUESTS, len(tasks) + 1) - 1
+    with store.cache_released(con):  # the replays hold every request; they need no store
+        if count >= 1 and tasks:
+            with ThreadPoolExecutor(max_workers=1) as feeder:
+                pending = feeder.submit(
+                    list, ordered_map("traceforge.export.profile:workload_profile", tasks, count, (context,))
+                )
+                overall = workload_profile(context, overall_task)
+                profiles = pending.result()
+        else:
+            overall = workload_profile(context, overall_task)
+            profiles = [workload_profile(context, task) for task in tasks]
     workloads = []
     for row, profile in zip(spend.workloads, profiles, strict=True):
         entry = {
