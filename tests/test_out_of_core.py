@@ -42,7 +42,7 @@ def test_duckdb_s_cache_is_capped_unless_told_otherwise(monkeypatch, tmp_path):
         (limit,) = con.execute("SELECT current_setting('memory_limit')").fetchone()
     finally:
         con.close()
-    assert limit == "953.6 MiB"  # 1GB, as DuckDB prints it; its own default is 80% of RAM
+    assert limit == "488.2 MiB"  # 512MB, as DuckDB prints it; its own default is 80% of RAM
     con = store.connect(tmp_path / "a.duckdb", settings={"memory_limit": "2GB"})
     try:
         assert con.execute("SELECT current_setting('memory_limit')").fetchone()[0] == "1.8 GiB"

@@ -43,7 +43,7 @@ def cli() -> None:
     Environment (every command):
       TRACEFORGE_WORKERS=N         worker processes for parsing and analysis
                                    (default: one per CPU; 1: none)
-      TRACEFORGE_MEMORY_LIMIT=4GB  cap on DuckDB's memory (default 1GB)
+      TRACEFORGE_MEMORY_LIMIT=4GB  cap on DuckDB's memory (default 512MB)
       TRACEFORGE_TEMP_DIRECTORY=D  where DuckDB spills beyond it
       TRACEFORGE_THREADS=N         DuckDB's threads
     """
