@@ -8,10 +8,12 @@ import json
 import sys
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from traceforge import store
 from traceforge.analysis.dag import analyze_dependencies
+from traceforge.cli import cli
 from traceforge.export.profile import build_profile
 from traceforge.ingest import api_log, ingest_paths
 from traceforge.ingest.sources import Record
@@ -177,3 +179,28 @@ def test_a_log_s_conversations_keep_only_their_latest_request():
     assert [m.call_index for m in trace.messages if m.role == "assistant"] == [0, 1, 2, 3, 4]
     # every distinct message was converted once for its key, however often it was re-sent
     assert len(keys.known) == len(history) - 1
+
+
+def test_running_out_of_duckdb_memory_says_what_to_do_and_a_rerun_finishes_the_job(
+    runner, monkeypatch, tmp_path
+):
+    sample = REPO / "sample_traces"
+    db = tmp_path / "s.duckdb"
+    counts = "SELECT " + ", ".join(
+        f"(SELECT count(*) FROM {t})" for t in ("traces", "tool_calls", "trace_dag")
+    )
+    monkeypatch.setenv("TRACEFORGE_THREADS", "2")  # DuckDB's memory use follows its threads
+    for limit in ("8MB", "16MB"):  # out of memory in the ingest's commit, then in the analysis
+        monkeypatch.setenv("TRACEFORGE_MEMORY_LIMIT", limit)
+        result = runner.invoke(cli, ["analyze", str(sample), "--db", str(db), "--out", str(tmp_path / "out")])
+        assert result.exit_code == 1
+        assert f"more memory than its limit ({limit})" in result.output
+        assert "TRACEFORGE_MEMORY_LIMIT=2GB" in result.output and "internal error" not in result.output
+    monkeypatch.delenv("TRACEFORGE_MEMORY_LIMIT")
+    rerun = runner.invoke(cli, ["analyze", str(sample), "--db", str(db), "--out", str(tmp_path / "out")])
+    assert rerun.exit_code == 0, rerun.output
+    fresh = tmp_path / "fresh.duckdb"
+    once = runner.invoke(cli, ["analyze", str(sample), "--db", str(fresh), "--out", str(tmp_path / "o2")])
+    assert once.exit_code == 0, once.output
+    with duckdb.connect(str(db), read_only=True) as con, duckdb.connect(str(fresh), read_only=True) as other:
+        assert con.execute(counts).fetchone() == other.execute(counts).fetchone()

@@ -40,6 +40,8 @@ from typing import Any
 import duckdb
 import polars as pl
 
+from traceforge import store
+
 MANIFEST = "_traceforge_lake.json"
 LAKE_SCHEMA = "traceforge.lake"
 PARTITION_COLUMNS = ("source_format", "day")
@@ -381,17 +383,14 @@ def write_partition_results(
             Path(out).mkdir(parents=True, exist_ok=True)
         written = {}
         for table, frame in frames.items():
-            con.register("_tf_part", frame)
-            try:
-                day = "NULL::DATE" if partition.day is None else f"DATE {_quote(partition.day)}"
+            day = "NULL::DATE" if partition.day is None else f"DATE {_quote(partition.day)}"
+            with store.registered(con, "_tf_part", frame):
                 con.execute(
                     f"COPY (SELECT *, {_quote(partition.source_format)} AS source_format, {day} AS day "
                     f"FROM _tf_part) TO {_quote(_join(out, table))} "
                     "(FORMAT parquet, COMPRESSION zstd, PARTITION_BY (source_format, day), "
                     "OVERWRITE_OR_IGNORE)"
                 )
-            finally:
-                con.unregister("_tf_part")
             written[table] = frame.height
         return written
     finally:
@@ -433,14 +432,9 @@ def load_analysis(con: duckdb.DuckDBPyConnection, url: str) -> dict[str, int]:
         except duckdb.IOException:
             loaded[table] = 0
             continue
-        con.execute("BEGIN TRANSACTION")
-        try:
+        with store.transaction(con):
             con.execute(f"DELETE FROM {table} WHERE trace_id IN (SELECT trace_id FROM _tf_lake_{table})")
             con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _tf_lake_{table}")
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
         loaded[table] = con.execute(f"SELECT count(*) FROM _tf_lake_{table}").fetchone()[0]
         con.execute(f"DROP VIEW _tf_lake_{table}")
     return loaded

@@ -444,17 +444,12 @@ def migrate(con: duckdb.DuckDBPyConnection, upto: int | None = None) -> list[int
     for migration in sorted(MIGRATIONS, key=lambda m: m.version):
         if migration.version in done or (upto is not None and migration.version > upto):
             continue
-        con.execute("BEGIN TRANSACTION")
-        try:
+        with transaction(con):
             con.execute(migration.sql)
             con.execute(
                 "INSERT INTO schema_migrations VALUES (?, ?, ?)",
                 [migration.version, migration.name, datetime.now(UTC)],
             )
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
         applied.append(migration.version)
     return applied
 
@@ -477,7 +472,10 @@ def registered(con: duckdb.DuckDBPyConnection, name: str, frame: pl.DataFrame) -
     try:
         yield
     finally:
-        con.unregister(name)
+        # in a transaction a failed statement aborted, DuckDB refuses even this: the error that
+        # aborted it is the one to report
+        with contextlib.suppress(duckdb.TransactionException):
+            con.unregister(name)
 
 
 def insert_frame(con: duckdb.DuckDBPyConnection, table: str, frame: pl.DataFrame) -> None:
@@ -516,3 +514,19 @@ def cache_released(con: duckdb.DuckDBPyConnection, limit: str = RELEASED_MEMORY_
         yield
     finally:
         con.execute("SET memory_limit = ?", [configured])
+
+
+@contextlib.contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """The block's statements in one transaction: committed at its end, rolled back on any error.
+
+    A COMMIT that fails (DuckDB out of memory while writing) has already ended the transaction;
+    rolling back then would fail too and hide the error that matters, so that failure is ignored."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield
+        con.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(duckdb.TransactionException):
+            con.execute("ROLLBACK")
+        raise

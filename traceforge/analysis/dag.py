@@ -319,8 +319,7 @@ def analyze_dependencies(
 
     shared = (mode, config, settings)
     done = 0
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with store.transaction(con):
         for table in ("tool_deps", "tool_schedule", "trace_dag"):
             con.execute(
                 f"DELETE FROM {table} WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))",
@@ -335,10 +334,6 @@ def analyze_dependencies(
             done += rows.traces
             if on_progress:
                 on_progress(done, len(todo))
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
     summary = summarize_dependencies(con)
     summary["analysed_now"] = len(todo)
     summary["batches"] = len(parts)

@@ -14,6 +14,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
+from traceforge import store
 from traceforge.analysis.prefix_cache import ESTIMATE_METHOD
 
 RATIO_COLUMNS = ("cached_share", "prefill_decode_ratio", "input_output_ratio", "reasoning_share")
@@ -30,9 +31,10 @@ def prefill_decode(con: duckdb.DuckDBPyConnection, estimates: pl.DataFrame) -> l
     (the prefill a server does per decoded token once prefix caching is counted);
     input_output_ratio = input / output; reasoning_share = reasoning / output.
     """
-    con.register("_tf_estimates", estimates.select("call_id", "input_tokens", "output_tokens"))
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with (
+        store.registered(con, "_tf_estimates", estimates.select("call_id", "input_tokens", "output_tokens")),
+        store.transaction(con),
+    ):
         con.execute("DELETE FROM inference_profile")
         con.execute(
             """
@@ -69,12 +71,6 @@ def prefill_decode(con: duckdb.DuckDBPyConnection, estimates: pl.DataFrame) -> l
             """,
             [ESTIMATE_METHOD],
         )
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
-    finally:
-        con.unregister("_tf_estimates")
     cursor = con.execute("SELECT * FROM inference_profile ORDER BY workload, input_tokens DESC, model")
     columns = [d[0] for d in cursor.description]
     return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]

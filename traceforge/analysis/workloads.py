@@ -23,6 +23,8 @@ from typing import Any
 import duckdb
 import polars as pl
 
+from traceforge import store
+from traceforge.analysis.batches import trace_batches
 from traceforge.model import stable_id
 from traceforge.pricing import PriceTable, load_prices
 
@@ -71,7 +73,9 @@ def assign_workloads(con: duckdb.DuckDBPyConnection, workload_key: str | None = 
     """
     key = workload_key or DEFAULT_KEY
     if key in ("workload", "fingerprint"):
-        fingerprints = _fingerprints(con)
+        # under `workload`, only the traces the source gave no name need a fingerprint
+        unnamed = "trace_id IN (SELECT trace_id FROM traces WHERE coalesce(workload, '') = '')"
+        fingerprints = _fingerprints(con, unnamed if key == "workload" else "TRUE")
         rows = con.execute("SELECT trace_id, workload FROM traces").fetchall()
         pairs = [
             (trace_id, (name if key == "workload" and name else fingerprints[trace_id]))
@@ -113,38 +117,60 @@ def assign_workloads(con: duckdb.DuckDBPyConnection, workload_key: str | None = 
         },
         schema={"trace_id": pl.Utf8, "workload": pl.Utf8},
     )
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with store.transaction(con):
         con.execute("DELETE FROM trace_workloads")
-        con.register("_tf_assign", frame)
-        try:
+        with store.registered(con, "_tf_assign", frame):
             con.execute("INSERT INTO trace_workloads SELECT trace_id, workload, ? FROM _tf_assign", [key])
-        finally:
-            con.unregister("_tf_assign")
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
     return key
 
 
-def _fingerprints(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
-    """`fp-` fingerprints of system prompt + tool set per trace, computed exactly as
-    `traceforge.ingest.conversation.default_workload` does at ingest."""
-    rows = con.execute(
-        """
-        SELECT t.trace_id,
-               (SELECT string_agg(coalesce(m.content, ''), chr(10) ORDER BY m.seq) FROM messages m
-                WHERE m.trace_id = t.trace_id AND m.role IN ('system', 'developer')) AS prompt,
-               (SELECT list(DISTINCT d.name) FROM tool_defs d WHERE d.trace_id = t.trace_id) AS defs,
-               (SELECT list(DISTINCT c.name) FROM tool_calls c WHERE c.trace_id = t.trace_id) AS calls
-        FROM traces t
-        """
-    ).fetchall()
-    return {
-        trace_id: "fp-" + stable_id((prompt or "").strip(), sorted(defs or calls or []), length=8)
-        for trace_id, prompt, defs, calls in rows
-    }
+FINGERPRINT_TABLES = ("traces", "messages", "tool_defs", "tool_calls")
+# Traces fingerprinted at a time: a batch's system prompts and tool names are aggregated in memory.
+FINGERPRINT_BATCH_TRACES = 10_000
+
+
+def _fingerprints(con: duckdb.DuckDBPyConnection, where: str = "TRUE") -> dict[str, str]:
+    """`fp-` fingerprints of system prompt + tool set of the traces satisfying `where` (a condition
+    on `trace_id`), computed exactly as `traceforge.ingest.conversation.default_workload` does at
+    ingest, a batch of traces at a time (one stretch of each table: analysis.batches)."""
+    out: dict[str, str] = {}
+    for batch in trace_batches(con, FINGERPRINT_TABLES, FINGERPRINT_BATCH_TRACES, where):
+        ids = pl.DataFrame({"trace_id": batch.trace_ids}, schema={"trace_id": pl.Utf8})
+        # each table's rows of the batch, in the order the query names them
+        ranges = [batch.within("x", table) for table in ("messages", "tool_defs", "tool_calls", "traces")]
+        with store.registered(con, "_tf_batch", ids):
+            rows = con.execute(
+                _FINGERPRINT_SQL.format(*(clause for clause, _ in ranges)),
+                [value for _, values in ranges for value in values],
+            ).fetchall()
+        for trace_id, prompt, defs, calls in rows:
+            out[trace_id] = "fp-" + stable_id((prompt or "").strip(), sorted(defs or calls or []), length=8)
+    return out
+
+
+# A trace's system prompt and its tool names, for the traces of `_tf_batch`; {0}..{3} keep each
+# table to the batch's stretch of it (`TraceBatch.within` on the alias x).
+_FINGERPRINT_SQL = """
+WITH prompts AS (
+    SELECT trace_id, string_agg(coalesce(content, ''), chr(10) ORDER BY seq) AS prompt
+    FROM (SELECT x.trace_id, x.seq, x.content, x.role FROM messages x {0}) JOIN _tf_batch USING (trace_id)
+    WHERE role IN ('system', 'developer')
+    GROUP BY trace_id
+), defs AS (
+    SELECT trace_id, list(DISTINCT name) AS names
+    FROM (SELECT x.trace_id, x.name FROM tool_defs x {1}) JOIN _tf_batch USING (trace_id)
+    GROUP BY trace_id
+), calls AS (
+    SELECT trace_id, list(DISTINCT name) AS names
+    FROM (SELECT x.trace_id, x.name FROM tool_calls x {2}) JOIN _tf_batch USING (trace_id)
+    GROUP BY trace_id
+)
+SELECT trace_id, prompts.prompt, defs.names, calls.names
+FROM (SELECT x.trace_id FROM traces x {3}) JOIN _tf_batch USING (trace_id)
+LEFT JOIN prompts USING (trace_id)
+LEFT JOIN defs USING (trace_id)
+LEFT JOIN calls USING (trace_id)
+"""
 
 
 def compute_workloads(
@@ -194,9 +220,10 @@ def compute_workloads(
             {"call_id": [], "input_tokens": [], "output_tokens": []},
             schema={"call_id": pl.Utf8, "input_tokens": pl.Int64, "output_tokens": pl.Int64},
         )
-    con.register("_tf_prices", price_frame)
-    con.register("_tf_estimates", estimates.select("call_id", "input_tokens", "output_tokens"))
-    try:
+    with (
+        store.registered(con, "_tf_prices", price_frame),
+        store.registered(con, "_tf_estimates", estimates.select("call_id", "input_tokens", "output_tokens")),
+    ):
         _write_workloads(con, key)
         unpriced = con.execute(
             """
@@ -208,9 +235,6 @@ def compute_workloads(
             """
         )
         unpriced_models = _dicts(unpriced)
-    finally:
-        con.unregister("_tf_prices")
-        con.unregister("_tf_estimates")
     rows = _dicts(con.execute("SELECT * FROM workloads ORDER BY rank"))
     total_cost = sum(r["cost_usd"] or 0.0 for r in rows)
     basis = "cost_usd" if total_cost > 0 else "tokens"
@@ -242,8 +266,7 @@ def compute_workloads(
 
 def _write_workloads(con: duckdb.DuckDBPyConnection, key: str) -> None:
     """One row per workload, ranked by cost (by tokens when nothing could be costed)."""
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with store.transaction(con):
         con.execute("DELETE FROM workloads")
         con.execute(
             f"""
@@ -310,10 +333,6 @@ def _write_workloads(con: duckdb.DuckDBPyConnection, key: str) -> None:
             """,
             [key],
         )
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
 
 
 def fit_power_law(values: list[float]) -> dict[str, Any]:

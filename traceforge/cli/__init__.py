@@ -12,8 +12,9 @@ import pkgutil
 import sys
 
 import click
+import duckdb
 
-from traceforge import __version__
+from traceforge import __version__, store
 from traceforge.store import StoreError
 
 
@@ -25,6 +26,17 @@ class TraceforgeGroup(click.Group):
             return super().invoke(ctx)
         except StoreError as exc:
             raise click.ClickException(str(exc)) from exc
+        except (duckdb.OutOfMemoryException, duckdb.TransactionException) as exc:
+            # a COMMIT that could not allocate fails as a TransactionException
+            if isinstance(exc, duckdb.TransactionException) and "could not allocate" not in str(exc):
+                raise
+            limit = os.environ.get("TRACEFORGE_MEMORY_LIMIT") or store.DEFAULT_SETTINGS["memory_limit"]
+            raise click.ClickException(
+                f"DuckDB needed more memory than its limit ({limit}) allows: {str(exc).splitlines()[0]}\n"
+                "What finished before it is in the store; the step it stopped in was rolled back. Rerun "
+                "with a higher limit, e.g. TRACEFORGE_MEMORY_LIMIT=2GB, or fewer DuckDB threads "
+                "(TRACEFORGE_THREADS=1)."
+            ) from exc
 
 
 @click.group(cls=TraceforgeGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -27,6 +27,7 @@ import networkx as nx
 import polars as pl
 from datasets import Features, Value
 
+from traceforge import store
 from traceforge.export import sft
 from traceforge.export.source import Conversation, message
 
@@ -93,8 +94,8 @@ def load_deps(
     trace with tool calls) or any `tool_deps` row. A trace with several calls and neither was never
     analysed: exporting it would claim every call independent, so callers leave it out.
     """
-    con.register("_tf_dep_ids", pl.DataFrame({"trace_id": trace_ids}, schema={"trace_id": pl.Utf8}))
-    try:
+    ids = pl.DataFrame({"trace_id": trace_ids}, schema={"trace_id": pl.Utf8})
+    with store.registered(con, "_tf_dep_ids", ids):
         rows = con.execute(
             """
             SELECT trace_id, src_tool_call_id, dst_tool_call_id
@@ -102,8 +103,6 @@ def load_deps(
             """
         ).fetchall()
         dag_rows = con.execute("SELECT trace_id FROM trace_dag JOIN _tf_dep_ids USING (trace_id)").fetchall()
-    finally:
-        con.unregister("_tf_dep_ids")
     deps: dict[str, list[tuple[str, str]]] = {}
     for trace_id, src, dst in rows:
         deps.setdefault(trace_id, []).append((src, dst))

@@ -27,6 +27,9 @@ from typing import Any
 import duckdb
 import polars as pl
 
+from traceforge import store
+from traceforge.analysis.batches import rows_by_trace
+
 MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content")
 
 
@@ -75,8 +78,8 @@ def load_conversations(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> 
     """
     if not trace_ids:
         return []
-    con.register("_tf_export_ids", pl.DataFrame({"trace_id": trace_ids}, schema={"trace_id": pl.Utf8}))
-    try:
+    ids = pl.DataFrame({"trace_id": trace_ids}, schema={"trace_id": pl.Utf8})
+    with store.registered(con, "_tf_export_ids", ids):
         traces = con.execute(
             """
             SELECT t.trace_id, t.workload, t.outcome, c.model, c.peak_tokens
@@ -104,14 +107,8 @@ def load_conversations(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> 
             ORDER BY trace_id, name
             """
         ).fetchall()
-    finally:
-        con.unregister("_tf_export_ids")
-    messages_of: dict[str, list[tuple]] = {}
-    for row in messages:
-        messages_of.setdefault(row[0], []).append(row[1:])
-    defs_of: dict[str, list[tuple]] = {}
-    for row in defs:
-        defs_of.setdefault(row[0], []).append(row[1:])
+    messages_of = rows_by_trace(messages)
+    defs_of = rows_by_trace(defs)
     by_id = {}
     for trace_id, workload, outcome, model, peak in traces:
         conversation = Conversation(

@@ -107,8 +107,7 @@ def write_batch(
 ) -> None:
     """Write a batch in one transaction: prepared files whose ids are free as they are, the rest
     (collisions, duplicates) through `writer` after parsing them again with `reparse(path, sha)`."""
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with store.transaction(con):
         for item in items:
             if item.path in replaces:
                 writer._delete_source(con, item.path)
@@ -136,10 +135,6 @@ def write_batch(
             for table in writer.SCHEMAS:
                 if rows.count(table):
                     store.insert_frame(con, table, rows.frame(table))
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
 
 
 def _colliding(con: duckdb.DuckDBPyConnection, prepared: list[Prepared]) -> set[int]:

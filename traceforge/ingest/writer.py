@@ -167,8 +167,7 @@ class Rows:
 
 def write(con: duckdb.DuckDBPyConnection, files: list[ParsedFile]) -> None:
     """Write whole files in one transaction; on any error nothing of them is kept."""
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with store.transaction(con):
         for parsed in files:
             if parsed.replaces:
                 _delete_source(con, parsed.path)
@@ -179,10 +178,6 @@ def write(con: duckdb.DuckDBPyConnection, files: list[ParsedFile]) -> None:
         for table in SCHEMAS:
             if rows.count(table):
                 store.insert_frame(con, table, rows.frame(table))
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
 
 
 def _delete_source(con: duckdb.DuckDBPyConnection, path: str) -> None:
