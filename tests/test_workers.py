@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -58,3 +59,21 @@ def test_a_big_item_waiting_for_a_busy_worker_does_not_hold_up_the_others(monkey
     others = [started for pid, started, _, _ in results[2:] if pid != first_pid]
     assert others, "the small items all went to the busy worker"
     assert min(others) < first_done - 0.5
+
+
+def test_an_item_that_cannot_be_sent_raises_instead_of_waiting_for_ever():
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            list(ordered_map("operator:not_", [1, lambda: 0, 2], workers=2))  # a lambda cannot be pickled
+        except BaseException as exc:
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout=60)
+    assert outcome, "ordered_map hung on an item it could not send"
+    assert isinstance(outcome[0], WorkerError) and "cannot send item 1" in str(outcome[0])

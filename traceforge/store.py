@@ -497,11 +497,11 @@ def cache_released(con: duckdb.DuckDBPyConnection, limit: str = RELEASED_MEMORY_
 
     DuckDB keeps what it read, up to its memory limit, until the connection closes; while Python
     holds a big computation's data, that cache would sit beside it and add to the process's peak.
-    Lowering the limit to `limit` evicts the cache (DuckDB gives the memory back at once); it is restored
-    when the block ends (as `connect` set it; on other connections, as DuckDB prints it, to a
-    tenth of a unit). Queries in the block still
-    run, spilling to disk beyond the low limit. Where DuckDB holds more than `limit` that it
-    cannot evict (its indexes), the limit is left as it was: the cache stays, nothing fails."""
+    Lowering the limit to `limit` evicts the cache (DuckDB gives the memory back at once); the
+    limit is restored when the block ends (as `connect` set it; on other connections, as DuckDB
+    prints it, to a tenth of a unit). Queries in the block still run, spilling to disk beyond the
+    low limit. Where DuckDB holds more than `limit` that it cannot evict (its indexes), the limit
+    is left as it was: the cache stays, nothing fails."""
     configured = (
         _MEMORY_LIMITS.get(con) or con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
     )

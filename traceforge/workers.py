@@ -146,7 +146,7 @@ class _Worker:
         self.in_flight = 0
         self.outbox: queue.Queue = queue.Queue()
         self.outbox.put((function, shared))
-        self.sender = threading.Thread(target=self._send_all, daemon=True)
+        self.sender = threading.Thread(target=self._send_all, args=(results,), daemon=True)
         self.sender.start()
         self.reader = threading.Thread(target=self._read, args=(results,), daemon=True)
         self.reader.start()
@@ -155,15 +155,23 @@ class _Worker:
         self.in_flight += 1
         self.outbox.put((index, item))
 
-    def _send_all(self) -> None:
-        while (message := self.outbox.get()) is not None:
-            try:
-                _send(self.process.stdin, message)
-            except OSError:
-                return  # the worker died: its reader reports it
-            del message  # not held while waiting for the next
-        with contextlib.suppress(OSError):
-            self.process.stdin.close()
+    def _send_all(self, results: queue.Queue) -> None:
+        try:
+            while (message := self.outbox.get()) is not None:
+                try:
+                    _send(self.process.stdin, message)
+                except OSError:
+                    return  # the worker died: its reader reports it
+                except Exception:  # the item cannot be pickled: its answer is this error
+                    error = WorkerError(
+                        f"cannot send item {message[0]} to a worker:\n{traceback.format_exc()}"
+                    )
+                    results.put((message[0], error, self))
+                    return
+                del message  # not held while waiting for the next
+        finally:
+            with contextlib.suppress(OSError):
+                self.process.stdin.close()  # the worker's end of input: it exits
 
     def _read(self, results: queue.Queue) -> None:
         while True:
@@ -199,7 +207,7 @@ def _serve() -> None:
     while True:
         try:
             index, item = _receive(source)
-        except EOFError:
+        except (EOFError, pickle.UnpicklingError):  # the end, or an item cut short by a failed send
             return
         try:
             answer = function(*shared, item)
