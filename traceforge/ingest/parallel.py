@@ -84,7 +84,7 @@ def prepare_file(path_text: str, fmt: str, known: dict[str, str], shas: set[str]
     rows = writer.Rows()
     writer._add_file(rows, parsed, ids)
     del parsed, ids  # the rows hold what is kept: a big file's parsed objects go before its frames
-    frames = {table: rows.pop_frame(table) for table in writer.SCHEMAS if rows.count(table)}
+    frames = {table: rows.frame(table) for table in writer.SCHEMAS if rows.count(table)}
     return Outcome(path_text, sha, "parsed", prepared=Prepared(path_text, sha, report, frames))
 
 

@@ -151,11 +151,8 @@ class Rows:
         return len(next(iter(self.columns[table].values())))
 
     def frame(self, table: str) -> pl.DataFrame:
-        return pl.DataFrame(self.columns[table], schema=SCHEMAS[table])
-
-    def pop_frame(self, table: str) -> pl.DataFrame:
-        """`frame(table)`, emptying the table's column lists as each is converted, so a big
-        file's rows are not held twice."""
+        """The table's rows as a frame, taken out: its column lists are emptied as each is
+        converted, so a big file's rows are not held twice."""
         columns = self.columns[table]
         frame = pl.DataFrame(
             [pl.Series(name, columns.pop(name), dtype=dtype) for name, dtype in SCHEMAS[table].items()]
