@@ -9,6 +9,7 @@ import math
 import pytest
 from builders import WEATHER_TOOL, AnthropicLoop, OpenAILoop, write_jsonl
 
+from traceforge.analysis import workloads
 from traceforge.analysis.prefill_decode import prefill_decode
 from traceforge.analysis.prefix_cache import estimate_tokens
 from traceforge.analysis.workloads import (
@@ -51,7 +52,7 @@ def ingest(con, tmp_path, records: list[dict], name: str = "gateway.jsonl") -> N
     ingest_paths(con, [tmp_path / name])
 
 
-def test_explicit_names_and_fingerprints_and_other_keys(tmp_path, con):
+def test_explicit_names_and_fingerprints_and_other_keys(tmp_path, con, monkeypatch):
     records = (
         one_call("a", workload="support-bot")
         + one_call("b", workload="support-bot", t0=1_790_000_010)
@@ -76,6 +77,9 @@ def test_explicit_names_and_fingerprints_and_other_keys(tmp_path, con):
         assert by_trace[trace_id].startswith("fp-")
         if stored != "support-bot":
             assert by_trace[trace_id] == stored
+    monkeypatch.setattr(workloads, "FINGERPRINT_BATCH_TRACES", 1)  # each trace read on its own
+    assign_workloads(con, "fingerprint")
+    assert dict(con.execute("SELECT trace_id, workload FROM trace_workloads").fetchall()) == by_trace
 
     assign_workloads(con, "model")
     assert dict(con.execute("SELECT workload, count(*) FROM trace_workloads GROUP BY 1").fetchall()) == {
