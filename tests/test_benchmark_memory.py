@@ -1,0 +1,30 @@
+"""The benchmark's memory sampler (`benchmarks/run.py`): it must count a measured process's worker
+processes too, or the peak it prints for a parallel run would be too low."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import run as bench
+
+HOLD = "import time; block = b'x' * (200 << 20); time.sleep(2)"  # 200 MB written, so resident
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="the sampler reads Linux's /proc")
+def test_the_peak_counts_the_memory_of_a_grandchild():
+    # a parent that holds little and starts a child holding 200 MB, as traceforge starts its workers
+    parent = subprocess.Popen(
+        [sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, '-c', {HOLD!r}])"]
+    )
+    sampler = bench._TreeMemory(parent.pid)
+    parent.wait(timeout=60)
+    time.sleep(0.3)
+    sampler.stop()
+    assert sampler.peak_mb >= 200
