@@ -478,6 +478,14 @@ def registered(con: duckdb.DuckDBPyConnection, name: str, frame: pl.DataFrame) -
             con.unregister(name)
 
 
+def registered_ids(
+    con: duckdb.DuckDBPyConnection, name: str, trace_ids: list[str]
+) -> contextlib.AbstractContextManager[None]:
+    """`trace_ids` visible to SQL on `con` as the one-column table `name` (trace_id) for the
+    duration of the block: what a query joins on to read some traces' rows."""
+    return registered(con, name, pl.DataFrame({"trace_id": trace_ids}, schema={"trace_id": pl.Utf8}))
+
+
 def insert_frame(con: duckdb.DuckDBPyConnection, table: str, frame: pl.DataFrame) -> None:
     """Insert `frame`'s rows into `table`, matching columns by name."""
     with registered(con, "_tf_rows", frame):

@@ -48,7 +48,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
-import polars as pl
 
 from traceforge import store
 from traceforge.analysis.batches import TraceBatch, rows_by_trace
@@ -311,7 +310,31 @@ def read_traces(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> list[Tr
 TraceRows = tuple[str, str | None, list[tuple], list[tuple], list[tuple], list[tuple]]
 
 
-ROW_TABLES = ("tool_calls", "messages", "tool_defs", "llm_calls")
+# Per table `trace_input` reads: its alias, the columns read (after trace_id), and their order.
+ROW_COLUMNS = {
+    "tool_calls": (
+        "tc",
+        "tc.tool_call_id, tc.seq, tc.name, tc.arguments, tc.result, coalesce(tc.is_error, false), "
+        "tc.source_tool_call_id, tc.call_id, "
+        "coalesce(tc.duration_ms, date_diff('millisecond', tc.started_at, tc.ended_at)), "
+        "coalesce(tc.requestor, 'assistant')",
+        "tc.seq",
+    ),
+    "messages": (
+        "m",
+        "m.seq, m.role, m.content, m.reasoning, m.tool_call_id, m.call_id, "
+        "json_extract_string(m.tool_calls, '$[*].id'), length(m.tool_calls)",
+        "m.seq",
+    ),
+    "tool_defs": ("d", "d.name, d.description, d.parameters, d.annotations", "d.name"),
+    "llm_calls": (
+        "c",
+        "c.call_id, c.seq, c.duration_ms, c.started_at, c.ended_at, c.input_tokens, c.output_tokens, "
+        "c.usage_reported",
+        "c.seq",
+    ),
+}
+ROW_TABLES = tuple(ROW_COLUMNS)
 
 
 def read_trace_rows(
@@ -324,76 +347,23 @@ def read_trace_rows(
     only the stretch of each table that holds them (see analysis/batches.py)."""
     if not trace_ids:
         return []
-    frame = pl.DataFrame({"trace_id": trace_ids}, schema={"trace_id": pl.Utf8})
     batch = batch or TraceBatch(rowids=None)
-    # per table: a clause keeping the scan to the batch's stretch of it, and its values
-    where = {
-        table: batch.within(alias, table)
-        for alias, table in zip(("tc", "m", "d", "c"), ROW_TABLES, strict=True)
-    }
-    with store.registered(con, "_tf_dep_ids", frame):
-        calls = rows_by_trace(
-            con.execute(
-                f"""
-                SELECT tc.trace_id, tc.tool_call_id, tc.seq, tc.name, tc.arguments, tc.result,
-                       coalesce(tc.is_error, false), tc.source_tool_call_id, tc.call_id,
-                       coalesce(tc.duration_ms, date_diff('millisecond', tc.started_at, tc.ended_at)),
-                       coalesce(tc.requestor, 'assistant')
-                FROM tool_calls tc JOIN _tf_dep_ids USING (trace_id)
-                {where["tool_calls"][0]}
-                ORDER BY tc.trace_id, tc.seq
-                """,
-                where["tool_calls"][1],
-            ).fetchall()
-        )
-        messages = rows_by_trace(
-            con.execute(
-                f"""
-                SELECT m.trace_id, m.seq, m.role, m.content, m.reasoning, m.tool_call_id, m.call_id,
-                       json_extract_string(m.tool_calls, '$[*].id'), length(m.tool_calls)
-                FROM messages m JOIN _tf_dep_ids USING (trace_id)
-                {where["messages"][0]}
-                ORDER BY m.trace_id, m.seq
-                """,
-                where["messages"][1],
-            ).fetchall()
-        )
-        defs = rows_by_trace(
-            con.execute(
-                f"""
-                SELECT d.trace_id, d.name, d.description, d.parameters, d.annotations
-                FROM tool_defs d JOIN _tf_dep_ids USING (trace_id)
-                {where["tool_defs"][0]}
-                ORDER BY d.trace_id, d.name
-                """,
-                where["tool_defs"][1],
-            ).fetchall()
-        )
-        llm = rows_by_trace(
-            con.execute(
-                f"""
-                SELECT c.trace_id, c.call_id, c.seq, c.duration_ms, c.started_at, c.ended_at,
-                       c.input_tokens, c.output_tokens, c.usage_reported
-                FROM llm_calls c JOIN _tf_dep_ids USING (trace_id)
-                {where["llm_calls"][0]}
-                ORDER BY c.trace_id, c.seq
-                """,
-                where["llm_calls"][1],
-            ).fetchall()
-        )
+    rows: dict[str, dict[str, list[tuple]]] = {}
+    with store.registered_ids(con, "_tf_dep_ids", trace_ids):
+        for table, (alias, columns, order) in ROW_COLUMNS.items():
+            where, values = batch.within(alias, table)  # the batch's stretch of the table
+            rows[table] = rows_by_trace(
+                con.execute(
+                    f"SELECT {alias}.trace_id, {columns} FROM {table} {alias} "
+                    f"JOIN _tf_dep_ids USING (trace_id) {where} ORDER BY {alias}.trace_id, {order}",
+                    values,
+                ).fetchall()
+            )
         workloads = dict(
             con.execute("SELECT trace_id, workload FROM traces JOIN _tf_dep_ids USING (trace_id)").fetchall()
         )
     return [
-        (
-            tid,
-            workloads.get(tid),
-            calls.get(tid, []),
-            messages.get(tid, []),
-            defs.get(tid, []),
-            llm.get(tid, []),
-        )
-        for tid in trace_ids
+        (tid, workloads.get(tid), *(rows[table].get(tid, []) for table in ROW_TABLES)) for tid in trace_ids
     ]
 
 

@@ -377,9 +377,7 @@ def _conversations(con: duckdb.DuckDBPyConnection) -> Iterator[tuple[list[_Call]
     """Per trace: its calls (with input and output character counts filled in) and its rendered
     conversation text."""
     for batch in trace_batches(con, CONVERSATION_TABLES, CONVERSATION_BATCH_CALLS):
-        with store.registered(
-            con, "_tf_batch", pl.DataFrame({"trace_id": batch.trace_ids}, schema={"trace_id": pl.Utf8})
-        ):
+        with store.registered_ids(con, "_tf_batch", batch.trace_ids):
             grouped = []
             for sql, alias, table in (
                 (_calls_sql, "c", "llm_calls"),

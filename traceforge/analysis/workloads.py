@@ -135,12 +135,11 @@ def _fingerprints(con: duckdb.DuckDBPyConnection, where: str = "TRUE") -> dict[s
     ingest, a batch of traces at a time (one stretch of each table: analysis.batches)."""
     out: dict[str, str] = {}
     for batch in trace_batches(con, FINGERPRINT_TABLES, FINGERPRINT_BATCH_TRACES, where):
-        ids = pl.DataFrame({"trace_id": batch.trace_ids}, schema={"trace_id": pl.Utf8})
-        # each table's rows of the batch, in the order the query names them
+        # each table kept to the batch's stretch of it, in the order the query names them
         ranges = [batch.within("x", table) for table in ("messages", "tool_defs", "tool_calls", "traces")]
-        with store.registered(con, "_tf_batch", ids):
+        with store.registered_ids(con, "_tf_batch", batch.trace_ids):
             rows = con.execute(
-                _FINGERPRINT_SQL.format(*(clause for clause, _ in ranges)),
+                _fingerprint_sql(*(clause for clause, _ in ranges)),
                 [value for _, values in ranges for value in values],
             ).fetchall()
         for trace_id, prompt, defs, calls in rows:
@@ -148,29 +147,31 @@ def _fingerprints(con: duckdb.DuckDBPyConnection, where: str = "TRUE") -> dict[s
     return out
 
 
-# A trace's system prompt and its tool names, for the traces of `_tf_batch`; {0}..{3} keep each
-# table to the batch's stretch of it (`TraceBatch.within` on the alias x).
-_FINGERPRINT_SQL = """
-WITH prompts AS (
-    SELECT trace_id, string_agg(coalesce(content, ''), chr(10) ORDER BY seq) AS prompt
-    FROM (SELECT x.trace_id, x.seq, x.content, x.role FROM messages x {0}) JOIN _tf_batch USING (trace_id)
-    WHERE role IN ('system', 'developer')
-    GROUP BY trace_id
-), defs AS (
-    SELECT trace_id, list(DISTINCT name) AS names
-    FROM (SELECT x.trace_id, x.name FROM tool_defs x {1}) JOIN _tf_batch USING (trace_id)
-    GROUP BY trace_id
-), calls AS (
-    SELECT trace_id, list(DISTINCT name) AS names
-    FROM (SELECT x.trace_id, x.name FROM tool_calls x {2}) JOIN _tf_batch USING (trace_id)
-    GROUP BY trace_id
-)
-SELECT trace_id, prompts.prompt, defs.names, calls.names
-FROM (SELECT x.trace_id FROM traces x {3}) JOIN _tf_batch USING (trace_id)
-LEFT JOIN prompts USING (trace_id)
-LEFT JOIN defs USING (trace_id)
-LEFT JOIN calls USING (trace_id)
-"""
+def _fingerprint_sql(messages: str, defs: str, calls: str, traces: str) -> str:
+    """A trace's system prompt and its tool names, for the traces of `_tf_batch`; each argument
+    keeps its table to the batch's stretch of it (`TraceBatch.within` on the alias x)."""
+    return f"""
+    WITH prompts AS (
+        SELECT trace_id, string_agg(coalesce(content, ''), chr(10) ORDER BY seq) AS prompt
+        FROM (SELECT x.trace_id, x.seq, x.content, x.role FROM messages x {messages})
+        JOIN _tf_batch USING (trace_id)
+        WHERE role IN ('system', 'developer')
+        GROUP BY trace_id
+    ), defs AS (
+        SELECT trace_id, list(DISTINCT name) AS names
+        FROM (SELECT x.trace_id, x.name FROM tool_defs x {defs}) JOIN _tf_batch USING (trace_id)
+        GROUP BY trace_id
+    ), calls AS (
+        SELECT trace_id, list(DISTINCT name) AS names
+        FROM (SELECT x.trace_id, x.name FROM tool_calls x {calls}) JOIN _tf_batch USING (trace_id)
+        GROUP BY trace_id
+    )
+    SELECT trace_id, prompts.prompt, defs.names, calls.names
+    FROM (SELECT x.trace_id FROM traces x {traces}) JOIN _tf_batch USING (trace_id)
+    LEFT JOIN prompts USING (trace_id)
+    LEFT JOIN defs USING (trace_id)
+    LEFT JOIN calls USING (trace_id)
+    """
 
 
 def compute_workloads(

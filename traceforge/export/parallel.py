@@ -24,7 +24,6 @@ from typing import Any
 
 import duckdb
 import networkx as nx
-import polars as pl
 from datasets import Features, Value
 
 from traceforge import store
@@ -94,8 +93,7 @@ def load_deps(
     trace with tool calls) or any `tool_deps` row. A trace with several calls and neither was never
     analysed: exporting it would claim every call independent, so callers leave it out.
     """
-    ids = pl.DataFrame({"trace_id": trace_ids}, schema={"trace_id": pl.Utf8})
-    with store.registered(con, "_tf_dep_ids", ids):
+    with store.registered_ids(con, "_tf_dep_ids", trace_ids):
         rows = con.execute(
             """
             SELECT trace_id, src_tool_call_id, dst_tool_call_id

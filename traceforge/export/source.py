@@ -25,7 +25,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import duckdb
-import polars as pl
 
 from traceforge import store
 from traceforge.analysis.batches import rows_by_trace
@@ -78,8 +77,7 @@ def load_conversations(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> 
     """
     if not trace_ids:
         return []
-    ids = pl.DataFrame({"trace_id": trace_ids}, schema={"trace_id": pl.Utf8})
-    with store.registered(con, "_tf_export_ids", ids):
+    with store.registered_ids(con, "_tf_export_ids", trace_ids):
         traces = con.execute(
             """
             SELECT t.trace_id, t.workload, t.outcome, c.model, c.peak_tokens
