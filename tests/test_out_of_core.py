@@ -84,10 +84,13 @@ def test_the_cache_is_given_back_for_python_work_and_its_limit_restored(logs, tm
             during = cached()
             assert con.execute("SELECT count(*) FROM messages").fetchone()[0] > 0  # still queryable
         (limit,) = con.execute("SELECT current_setting('memory_limit')").fetchone()
+        with store.cache_released(con, limit="1MB"):  # below the primary-key indexes it cannot evict
+            (held,) = con.execute("SELECT current_setting('memory_limit')").fetchone()
     finally:
         con.close()
     assert during < before
     assert limit == "1.8 GiB"
+    assert held == "1.8 GiB"  # left as it was: nothing fails
 
 
 def test_a_store_capped_below_its_data_gives_the_same_results(monkeypatch, logs, tmp_path):
@@ -190,7 +193,8 @@ def test_running_out_of_duckdb_memory_says_what_to_do_and_a_rerun_finishes_the_j
         f"(SELECT count(*) FROM {t})" for t in ("traces", "tool_calls", "trace_dag")
     )
     monkeypatch.setenv("TRACEFORGE_THREADS", "2")  # DuckDB's memory use follows its threads
-    for limit in ("8MB", "16MB"):  # out of memory in the ingest's commit, then in the analysis
+    # out of memory inserting a file's rows, committing them, then in the analysis
+    for limit in ("4MB", "8MB", "16MB"):
         monkeypatch.setenv("TRACEFORGE_MEMORY_LIMIT", limit)
         result = runner.invoke(cli, ["analyze", str(sample), "--db", str(db), "--out", str(tmp_path / "out")])
         assert result.exit_code == 1

@@ -529,11 +529,18 @@ def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
     """The block's statements in one transaction: committed at its end, rolled back on any error.
 
     A COMMIT that fails (DuckDB out of memory while writing) has already ended the transaction;
-    rolling back then would fail too and hide the error that matters, so that failure is ignored."""
+    rolling back then would fail too and hide the error that matters, so that failure is ignored.
+    DuckDB reports a COMMIT that could not allocate as a TransactionException: it is raised as the
+    OutOfMemoryException it is, so callers handle running out of memory in one place."""
     con.execute("BEGIN TRANSACTION")
     try:
         yield
-        con.execute("COMMIT")
+        try:
+            con.execute("COMMIT")
+        except duckdb.TransactionException as exc:
+            if "could not allocate" in str(exc):
+                raise duckdb.OutOfMemoryException(str(exc)) from exc
+            raise
     except BaseException:
         with contextlib.suppress(duckdb.TransactionException):
             con.execute("ROLLBACK")

@@ -26,10 +26,7 @@ class TraceforgeGroup(click.Group):
             return super().invoke(ctx)
         except StoreError as exc:
             raise click.ClickException(str(exc)) from exc
-        except (duckdb.OutOfMemoryException, duckdb.TransactionException) as exc:
-            # a COMMIT that could not allocate fails as a TransactionException
-            if isinstance(exc, duckdb.TransactionException) and "could not allocate" not in str(exc):
-                raise
+        except duckdb.OutOfMemoryException as exc:
             limit = os.environ.get("TRACEFORGE_MEMORY_LIMIT") or store.DEFAULT_SETTINGS["memory_limit"]
             raise click.ClickException(
                 f"DuckDB needed more memory than its limit ({limit}) allows: {str(exc).splitlines()[0]}\n"
