@@ -12,6 +12,7 @@ import duckdb
 import pytest
 
 from traceforge import store
+from traceforge.analysis import prefix_cache
 from traceforge.analysis.dag import analyze_dependencies
 from traceforge.cli import cli
 from traceforge.export.profile import build_profile
@@ -148,19 +149,25 @@ def _log_record(line: int, messages: list[dict], reply: str, conversation: str) 
     return Record(line=line, value=value, raw=json.dumps(value))
 
 
-def test_the_profile_s_worker_processes_give_the_same_profile(logs, tmp_path):
+def test_the_profile_s_worker_processes_give_the_same_profile(logs, tmp_path, monkeypatch):
     con = store.connect(tmp_path / "profile.duckdb")
     try:
         ingest_paths(con, [logs])
         analyze_dependencies(con)
-        # 1: all in this process; 2: the workloads in one worker; 3: in two
-        documents = [build_profile(con, workers=workers).document for workers in (1, 2, 3)]
+        # 1: all in this process; 2: conversations rendered in two workers, the workloads
+        # replayed in one; 3: in three and two. Small batches, so that many go to each worker.
+        monkeypatch.setattr(prefix_cache, "CONVERSATION_BATCH_CALLS", 100)
+        profiles = [build_profile(con, workers=workers) for workers in (1, 2, 3)]
     finally:
         con.close()
+    documents = [profile.document for profile in profiles]
     for document in documents:
         document.pop("generated_at")
     assert len(documents[0]["workloads"]) > 2  # so the two workers share them
     assert documents[0] == documents[1] == documents[2]
+    requests = [profile.log.requests for profile in profiles]
+    assert sum(len(r.hash_ids) for r in requests[0]) > len(requests[0])  # blocks to number
+    assert requests[0] == requests[1] == requests[2]  # the same hash ids, times and sizes
 
 
 def test_a_log_s_conversations_keep_only_their_latest_request():

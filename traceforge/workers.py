@@ -110,6 +110,8 @@ def ordered_map(function: str, items: Iterable[Any], workers: int, shared: tuple
             yield done.pop(next_index)
             next_index += 1
     finally:
+        for worker in pool:  # all told first, so they wind down together
+            worker.stop()
         for worker in pool:
             worker.close()
 
@@ -182,11 +184,15 @@ class _Worker:
                 return
             results.put((*message, self))
 
-    def close(self) -> None:
+    def stop(self) -> None:
+        """Send nothing more: the worker exits once it has answered what it was sent."""
         with contextlib.suppress(queue.Empty):  # items not sent yet (the caller stopped early)
             while True:
                 self.outbox.get_nowait()
         self.outbox.put(None)
+
+    def close(self) -> None:
+        """Wait for the worker to exit (after `stop`), killing it if it does not."""
         self.sender.join(timeout=30)
         if self.sender.is_alive():  # blocked writing to a worker that does not read
             self.process.kill()
@@ -208,7 +214,10 @@ def _serve() -> None:
         try:
             index, item = _receive(source)
         except (EOFError, pickle.UnpicklingError):  # the end, or an item cut short by a failed send
-            return
+            # Every answer is flushed already. Exiting at once skips the interpreter's teardown,
+            # which frees every object one by one while the caller waits for the exit.
+            sys.stderr.flush()
+            os._exit(0)
         try:
             answer = function(*shared, item)
         except Exception:

@@ -32,18 +32,20 @@ import json
 import math
 from array import array
 from collections import OrderedDict, defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby, takewhile
-from typing import Any
+from typing import Any, NamedTuple
 
 import duckdb
 import polars as pl
 
 from traceforge import store
-from traceforge.analysis.batches import rows_by_trace, trace_batches
+from traceforge.analysis.batches import TraceBatch, rows_by_trace, trace_batches
+from traceforge.workers import ordered_map, worker_count
 
 BLOCK_SIZE = 512
+DIGEST_BYTES = 8  # of a block's hash: ids are numbered per distinct digest
 DEFAULT_CHARS_PER_TOKEN = 4.0
 
 
@@ -339,8 +341,13 @@ def render_message(role: str, content: str | None, tool_calls: str | None, name:
 
 # Conversations are read a batch of traces at a time, each batch one stretch of each table
 # (analysis.batches): sorting every message of the store at once would spill to disk on a big one.
+# A batch is read as Arrow tables, which makes no Python object per row, so that rendering it (the
+# costly part) can run in worker processes: reading the rows as Python tuples here to send them
+# would cost this process about as much as rendering them.
 CONVERSATION_TABLES = ("llm_calls", "messages", "tool_defs")
 CONVERSATION_BATCH_CALLS = 20_000
+# Below this many LLM calls, starting worker processes costs more than it saves.
+PARALLEL_MIN_CALLS = 20_000
 
 
 def _calls_sql(where: str) -> str:
@@ -351,7 +358,6 @@ def _calls_sql(where: str) -> str:
     FROM llm_calls c JOIN _tf_batch USING (trace_id) JOIN traces t USING (trace_id)
     LEFT JOIN trace_workloads w USING (trace_id)
     {where}
-    ORDER BY c.trace_id, c.seq
 """
 
 
@@ -360,7 +366,6 @@ def _messages_sql(where: str) -> str:
     SELECT m.trace_id, m.seq, m.role, m.content, m.tool_calls, m.name, m.call_id, m.reasoning
     FROM messages m JOIN _tf_batch USING (trace_id)
     {where}
-    ORDER BY m.trace_id, m.seq
 """
 
 
@@ -369,26 +374,59 @@ def _defs_sql(where: str) -> str:
     SELECT d.trace_id, d.name, d.description, d.parameters
     FROM tool_defs d JOIN _tf_batch USING (trace_id)
     {where}
-    ORDER BY d.trace_id, d.name
 """
 
 
-def _conversations(con: duckdb.DuckDBPyConnection) -> Iterator[tuple[list[_Call], str]]:
-    """Per trace: its calls (with input and output character counts filled in) and its rendered
-    conversation text."""
-    for batch in trace_batches(con, CONVERSATION_TABLES, CONVERSATION_BATCH_CALLS):
-        with store.registered_ids(con, "_tf_batch", batch.trace_ids):
-            grouped = []
-            for sql, alias, table in (
-                (_calls_sql, "c", "llm_calls"),
-                (_messages_sql, "m", "messages"),
-                (_defs_sql, "d", "tool_defs"),
-            ):
-                where, values = batch.within(alias, table)
-                grouped.append(rows_by_trace(con.execute(sql(where), values).fetchall()))
-            calls, messages, defs = grouped
-        for trace_id in batch.trace_ids:
-            yield _conversation(trace_id, calls[trace_id], messages.get(trace_id, []), defs.get(trace_id, []))
+# The columns each of a batch's tables is sorted by once it reaches the process that renders it:
+# sorting rows that carry long texts costs DuckDB more than it costs polars, and costs there.
+CONVERSATION_ORDER = (["trace_id", "seq"], ["trace_id", "seq"], ["trace_id", "name"])
+
+
+@dataclass
+class ConversationBatch:
+    """Some traces' calls, messages and tool definitions as Arrow tables, in no particular order."""
+
+    trace_ids: list[str]
+    tables: tuple[Any, Any, Any]  # pyarrow.Table each: what DuckDB hands over without copying
+
+
+def _read_batch(con: duckdb.DuckDBPyConnection, batch: TraceBatch) -> ConversationBatch:
+    tables = []
+    with store.registered_ids(con, "_tf_batch", batch.trace_ids):
+        for sql, alias, table in (
+            (_calls_sql, "c", "llm_calls"),
+            (_messages_sql, "m", "messages"),
+            (_defs_sql, "d", "tool_defs"),
+        ):
+            where, values = batch.within(alias, table)
+            tables.append(con.sql(sql(where), params=values).to_arrow_table())
+    return ConversationBatch(batch.trace_ids, (tables[0], tables[1], tables[2]))
+
+
+def _map_batches(
+    con: duckdb.DuckDBPyConnection, function: Callable[..., Any], shared: tuple, workers: int | None
+) -> Iterator[Any]:
+    """`function(*shared, batch)` for every `ConversationBatch` of the store, in order: in `workers`
+    processes (by default one per CPU when there are over `PARALLEL_MIN_CALLS` LLM calls) while
+    this one reads the next batches, else here."""
+    (total,) = con.execute("SELECT count(*) FROM llm_calls").fetchone()
+    count = worker_count(workers, total, PARALLEL_MIN_CALLS)
+    batches = trace_batches(con, CONVERSATION_TABLES, max(1, CONVERSATION_BATCH_CALLS // count))
+    read = (_read_batch(con, batch) for batch in batches)
+    if count > 1:
+        return ordered_map(f"{function.__module__}:{function.__name__}", read, count, shared)
+    return (function(*shared, batch) for batch in read)
+
+
+def _conversations(batch: ConversationBatch) -> Iterator[tuple[list[_Call], str]]:
+    """Per trace of `batch`: its calls (with input and output character counts filled in) and its
+    rendered conversation text."""
+    calls, messages, defs = (
+        rows_by_trace(pl.from_arrow(table).sort(order).rows())
+        for table, order in zip(batch.tables, CONVERSATION_ORDER, strict=True)
+    )
+    for trace_id in batch.trace_ids:
+        yield _conversation(trace_id, calls[trace_id], messages.get(trace_id, []), defs.get(trace_id, []))
 
 
 def _conversation(
@@ -517,17 +555,42 @@ def fit_calibration(
     return calibration
 
 
-def _calibrate(con: duckdb.DuckDBPyConnection, collect: list[_Call] | None = None) -> Calibration:
+class CallSize(NamedTuple):
+    """What the calibration needs of a call, and the token estimate after it."""
+
+    call_id: str
+    model: str
+    workload: str | None
+    input_chars: int | None
+    output_chars: int
+    usage_reported: bool
+    input_tokens: int | None
+
+
+def call_sizes(batch: ConversationBatch) -> list[CallSize]:
+    """Every call of `batch` with its rendered sizes: the calibration's pass over a batch."""
+    return [
+        CallSize(
+            c.call_id, c.model, c.workload, c.input_chars, c.output_chars, c.usage_reported, c.input_tokens
+        )
+        for calls, _ in _conversations(batch)
+        for c in calls
+    ]
+
+
+def _calibrate(
+    con: duckdb.DuckDBPyConnection, workers: int | None = None, collect: list[CallSize] | None = None
+) -> Calibration:
     """Fit the calibration over every conversation; `collect`, when given, receives every call."""
     points: dict[str, dict[str | None, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
     models: set[str] = set()
-    for calls, _ in _conversations(con):
-        for call in calls:
+    for sizes in _map_batches(con, call_sizes, (), workers):
+        for call in sizes:
             models.add(call.model)
-            if collect is not None:
-                collect.append(call)
             if call.usage_reported and call.input_tokens and call.input_chars:
                 points[call.model][call.workload].append((call.input_chars, call.input_tokens))
+        if collect is not None:
+            collect.extend(sizes)
     # in a fixed order, so the fit's floating-point sums do not depend on where traces sit in the store
     ordered = {
         model: {
@@ -553,8 +616,8 @@ def estimate_tokens(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
     Returns a frame (call_id, input_tokens, output_tokens); the method is `ESTIMATE_METHOD`.
     Calls with no conversation text are absent.
     """
-    calls: list[_Call] = []
-    calibration = _calibrate(con, calls)
+    calls: list[CallSize] = []
+    calibration = _calibrate(con, collect=calls)
     rows = [
         (
             c.call_id,
@@ -582,12 +645,12 @@ def _block_digests(
         k = len(cache)
         start, stop = round(k * chars_per_block), round((k + 1) * chars_per_block)
         previous = cache[-1] if cache else seed
-        cache.append(hashlib.blake2b(previous + text[start:stop].encode(), digest_size=8).digest())
+        cache.append(hashlib.blake2b(previous + text[start:stop].encode(), digest_size=DIGEST_BYTES).digest())
     start = round(full * chars_per_block)
     if end <= start:
         return full, None
     previous = cache[full - 1] if full else seed
-    return full, hashlib.blake2b(previous + text[start:end].encode(), digest_size=8).digest()
+    return full, hashlib.blake2b(previous + text[start:end].encode(), digest_size=DIGEST_BYTES).digest()
 
 
 def _overhead_text(workload: str | None, model: str, chars: int) -> str:
@@ -599,32 +662,39 @@ def _overhead_text(workload: str | None, model: str, chars: int) -> str:
     return (unit * (chars // len(unit) + 1))[:chars]
 
 
-def load_requests(con: duckdb.DuckDBPyConnection, block_size: int = BLOCK_SIZE) -> RequestLog:
-    """Every LLM call in the store as a Request with prefix-chained hash ids, in arrival order.
+REQUEST_COUNTS = (
+    "calls",
+    "without_text",
+    "without_size",
+    "input_estimated",
+    "output_estimated",
+    "without_time",
+    "padded",
+)
 
-    Calls are grouped into workloads by `trace_workloads` (see
-    `traceforge.analysis.workloads.assign_workloads`). A call with neither conversation text
-    nor reported input tokens has no size and is left out (counted in `counts`).
-    """
-    # Two passes over the conversations: the first fits the calibration the second needs to place
-    # block boundaries. Keeping every rendered conversation between them would hold the store's
-    # text in memory, so each is rendered twice instead.
-    calibration = _calibrate(con)
-    # Each block digest gets a provisional id as it is made, so a request holds a compact array
-    # rather than its digests; the ids are renumbered by first use in arrival order at the end.
-    provisional: dict[bytes, int] = {}
-    requests: list[tuple[Request, str, int]] = []
-    counts = {
-        "calls": 0,
-        "without_text": 0,
-        "without_size": 0,
-        "input_estimated": 0,
-        "output_estimated": 0,
-        "without_time": 0,
-        "padded": 0,
-    }
-    for calls, text in _conversations(con):
-        chains: dict[str, tuple[str, list[bytes], list[int]]] = {}  # model -> text, full blocks, their ids
+
+@dataclass(slots=True)
+class _TraceRequests:
+    """One trace's requests as a batch's pass makes them, before their blocks get ids: per model,
+    the digests of the chain's full blocks (8 bytes each, joined) as far as a request uses them,
+    and per request (the request, its call's seq, the model of the chain it starts with or None,
+    how many of the chain's blocks it starts with, the digests of the blocks after them)."""
+
+    chains: dict[str, bytes]
+    requests: list[tuple[Request, int, str | None, int, list[bytes]]]
+
+
+def batch_requests(
+    calibration: Calibration, block_size: int, batch: ConversationBatch
+) -> tuple[list[_TraceRequests], dict[str, int]]:
+    """Every call of `batch` as a Request, with the digests of its blocks, and the batch's
+    `REQUEST_COUNTS`: the second pass over a batch, once the calibration is fitted."""
+    counts = dict.fromkeys(REQUEST_COUNTS, 0)
+    traces = []
+    for calls, text in _conversations(batch):
+        chains: dict[str, tuple[str, list[bytes]]] = {}  # model -> text, its full blocks so far
+        used: dict[str, int] = {}  # model -> full blocks some request starts with
+        made: list[tuple[Request, int, str | None, int, list[bytes]]] = []
         previous: Request | None = None
         for call in calls:
             counts["calls"] += 1
@@ -641,7 +711,8 @@ def load_requests(con: duckdb.DuckDBPyConnection, block_size: int = BLOCK_SIZE) 
             else:
                 counts["without_size"] += 1
                 continue
-            ids: list[int] = []
+            needed = math.ceil(length / block_size)
+            chain_model, prefix, tail = None, 0, []
             if call.input_chars is not None:
                 if call.model not in chains:
                     overhead = _overhead_text(
@@ -649,25 +720,24 @@ def load_requests(con: duckdb.DuckDBPyConnection, block_size: int = BLOCK_SIZE) 
                         call.model,
                         round(calibration.overhead(call.workload, call.model) * ratio),
                     )
-                    chains[call.model] = (overhead + text, [], [])
-                full_text, chain, chain_ids = chains[call.model]
-                seed = hashlib.blake2b(call.model.encode(), digest_size=8).digest()
+                    chains[call.model] = (overhead + text, [])
+                full_text, chain = chains[call.model]
+                seed = hashlib.blake2b(call.model.encode(), digest_size=DIGEST_BYTES).digest()
                 end = len(full_text) - len(text) + call.input_chars
                 full, partial = _block_digests(full_text, end, block_size * ratio, seed, chain)
-                while len(chain_ids) < full:
-                    chain_ids.append(provisional.setdefault(chain[len(chain_ids)], len(provisional)))
-                ids = chain_ids[:full]
+                chain_model, prefix = call.model, min(full, needed)
+                used[call.model] = max(used.get(call.model, 0), prefix)
                 if partial is not None:
-                    ids.append(provisional.setdefault(partial, len(provisional)))
+                    tail.append(partial)
             else:
                 counts["without_text"] += 1
-            needed = math.ceil(length / block_size)
-            if len(ids) < needed:
-                counts["padded"] += 1 if ids else 0
-                for i in range(len(ids), needed):
-                    pad = hashlib.blake2b(f"{call.call_id}#{i}".encode(), digest_size=8).digest()
-                    ids.append(provisional.setdefault(pad, len(provisional)))
-            del ids[needed:]
+            if prefix + len(tail) < needed:
+                counts["padded"] += 1 if prefix + len(tail) else 0
+                for i in range(prefix + len(tail), needed):
+                    tail.append(
+                        hashlib.blake2b(f"{call.call_id}#{i}".encode(), digest_size=DIGEST_BYTES).digest()
+                    )
+            del tail[needed - prefix :]
             if call.usage_reported and call.output_tokens is not None:
                 output, output_estimated = call.output_tokens, False
             else:
@@ -689,7 +759,7 @@ def load_requests(con: duckdb.DuckDBPyConnection, block_size: int = BLOCK_SIZE) 
                 timestamp_ms=start if start is not None else math.nan,
                 input_length=length,
                 output_length=max(output, 1),
-                hash_ids=[],
+                hash_ids=(),
                 session_id=call.trace_id,
                 call_id=call.call_id,
                 workload=call.workload,
@@ -705,9 +775,48 @@ def load_requests(con: duckdb.DuckDBPyConnection, block_size: int = BLOCK_SIZE) 
                 request.delay_ms = max(start - previous.end_ms, 0.0)
             counts["input_estimated"] += input_estimated
             counts["output_estimated"] += output_estimated
-            request.hash_ids = array("q", ids)
-            requests.append((request, call.trace_id, call.seq))
+            made.append((request, call.seq, chain_model, prefix, tail))
             previous = request
+        traces.append(_TraceRequests({m: b"".join(chains[m][1][:n]) for m, n in used.items()}, made))
+    return traces, counts
+
+
+def load_requests(
+    con: duckdb.DuckDBPyConnection, block_size: int = BLOCK_SIZE, workers: int | None = None
+) -> RequestLog:
+    """Every LLM call in the store as a Request with prefix-chained hash ids, in arrival order.
+
+    Calls are grouped into workloads by `trace_workloads` (see
+    `traceforge.analysis.workloads.assign_workloads`). A call with neither conversation text
+    nor reported input tokens has no size and is left out (counted in `counts`). Conversations
+    are rendered and hashed in `workers` processes (see `_map_batches`); every way gives the
+    same requests.
+    """
+    # Two passes over the conversations: the first fits the calibration the second needs to place
+    # block boundaries. Keeping every rendered conversation between them would hold the store's
+    # text in memory, so each is rendered twice instead.
+    calibration = _calibrate(con, workers)
+    # Each block digest gets a provisional id as it comes in, so a request holds a compact array
+    # rather than its digests; the ids are renumbered by first use in arrival order at the end.
+    provisional: dict[bytes, int] = {}
+    requests: list[tuple[Request, str, int]] = []
+    counts = dict.fromkeys(REQUEST_COUNTS, 0)
+    for traces, batch_counts in _map_batches(con, batch_requests, (calibration, block_size), workers):
+        for key, value in batch_counts.items():
+            counts[key] += value
+        for trace in traces:
+            chain_ids = {
+                model: [
+                    provisional.setdefault(blob[i : i + DIGEST_BYTES], len(provisional))
+                    for i in range(0, len(blob), DIGEST_BYTES)
+                ]
+                for model, blob in trace.chains.items()
+            }
+            for request, seq, model, prefix, tail in trace.requests:
+                ids = chain_ids[model][:prefix] if model is not None else []
+                ids.extend(provisional.setdefault(digest, len(provisional)) for digest in tail)
+                request.hash_ids = array("q", ids)
+                requests.append((request, request.session_id, seq))
     known = [r.timestamp_ms for r, *_ in requests if not math.isnan(r.timestamp_ms)]
     origin = min(known) if known else 0.0
     for request, *_ in requests:

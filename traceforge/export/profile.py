@@ -92,7 +92,7 @@ def build_profile(
     """
     gpu = gpu_profile if isinstance(gpu_profile, GpuProfile) else resolve_gpu_profile(gpu_profile)
     assign_workloads(con, workload_key)
-    log = load_requests(con, block_size=block_size)
+    log = load_requests(con, block_size=block_size, workers=workers)
     estimates = pl.DataFrame(
         {
             "call_id": [r.call_id for r in log.requests],
