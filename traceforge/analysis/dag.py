@@ -43,9 +43,9 @@ from traceforge.analysis.deps import (
     Edge,
     Inference,
     TraceInput,
-    TraceRows,
+    TraceTables,
     infer,
-    read_trace_rows,
+    read_trace_tables,
     read_traces,
     trace_input,
 )
@@ -315,7 +315,7 @@ def analyze_dependencies(
 
     def read_parts() -> Any:
         for part in parts:
-            yield read_trace_rows(con, part.trace_ids, part)
+            yield read_trace_tables(con, part.trace_ids, part)
 
     shared = (mode, config, settings)
     done = 0
@@ -326,9 +326,9 @@ def analyze_dependencies(
                 [todo],
             )
         if count > 1:
-            results = ordered_map("traceforge.analysis.dag:analyze_trace_rows", read_parts(), count, shared)
+            results = ordered_map("traceforge.analysis.dag:analyze_trace_tables", read_parts(), count, shared)
         else:
-            results = (analyze_trace_rows(*shared, rows) for rows in read_parts())
+            results = (analyze_trace_tables(*shared, tables) for tables in read_parts())
         for rows in results:
             rows.write(con)
             done += rows.traces
@@ -340,10 +340,11 @@ def analyze_dependencies(
     return summary
 
 
-def analyze_trace_rows(mode: str, config: DepsConfig, settings: str, traces: list[TraceRows]) -> _Rows:
-    """The rows of `traces` (as `read_trace_rows` gives them): what one batch, or a worker, computes."""
+def analyze_trace_tables(mode: str, config: DepsConfig, settings: str, traces: TraceTables) -> _Rows:
+    """The rows for tool_deps, tool_schedule and trace_dag of `traces`: what one batch, or a
+    worker, computes."""
     rows = _Rows()
-    for trace in traces:
+    for trace in traces.rows():
         rows.add(trace_input(*trace), mode, config, settings)
     return rows
 

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
+import polars as pl
 
 from traceforge import store
 from traceforge.analysis.batches import TraceBatch, rows_by_trace
@@ -304,13 +305,14 @@ FALLBACK_BASE = 10**9  # positions of calls a trace's messages do not show, afte
 
 def read_traces(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> list[TraceInput]:
     """Load the tool calls, messages, tool definitions and LLM calls of `trace_ids` from the store."""
-    return [trace_input(*rows) for rows in read_trace_rows(con, trace_ids)]
+    return [trace_input(*rows) for rows in read_trace_tables(con, trace_ids).rows()]
 
 
 TraceRows = tuple[str, str | None, list[tuple], list[tuple], list[tuple], list[tuple]]
 
 
-# Per table `trace_input` reads: its alias, the columns read (after trace_id), and their order.
+# Per table `trace_input` reads: its alias, the columns read (after trace_id), and the column its
+# rows are in order of within a trace.
 ROW_COLUMNS = {
     "tool_calls": (
         "tc",
@@ -318,53 +320,75 @@ ROW_COLUMNS = {
         "tc.source_tool_call_id, tc.call_id, "
         "coalesce(tc.duration_ms, date_diff('millisecond', tc.started_at, tc.ended_at)), "
         "coalesce(tc.requestor, 'assistant')",
-        "tc.seq",
+        "seq",
     ),
     "messages": (
         "m",
         "m.seq, m.role, m.content, m.reasoning, m.tool_call_id, m.call_id, "
         "json_extract_string(m.tool_calls, '$[*].id'), length(m.tool_calls)",
-        "m.seq",
+        "seq",
     ),
-    "tool_defs": ("d", "d.name, d.description, d.parameters, d.annotations", "d.name"),
+    "tool_defs": ("d", "d.name, d.description, d.parameters, d.annotations", "name"),
     "llm_calls": (
         "c",
         "c.call_id, c.seq, c.duration_ms, c.started_at, c.ended_at, c.input_tokens, c.output_tokens, "
         "c.usage_reported",
-        "c.seq",
+        "seq",
     ),
 }
 ROW_TABLES = tuple(ROW_COLUMNS)
 
 
-def read_trace_rows(
+@dataclass
+class TraceTables:
+    """Some traces' rows of each of ROW_TABLES as Arrow tables, in no particular order, and the
+    traces' workloads. DuckDB hands the tables over without making a Python object per row, and
+    they pickle as a few buffers: a batch is cheap to read here and send to a worker process,
+    which makes the rows (`rows`)."""
+
+    trace_ids: list[str]
+    workloads: dict[str, str | None]
+    tables: dict[str, Any]  # table -> pyarrow.Table
+
+    def rows(self) -> list[TraceRows]:
+        """The store rows `trace_input` assembles each trace from, in `trace_ids` order."""
+        grouped = {
+            table: rows_by_trace(
+                pl.from_arrow(self.tables[table]).sort(["trace_id", order], maintain_order=True).rows()
+            )
+            for table, (_, _, order) in ROW_COLUMNS.items()
+        }
+        return [
+            (
+                trace_id,
+                self.workloads.get(trace_id),
+                *(grouped[table].get(trace_id, []) for table in ROW_TABLES),
+            )
+            for trace_id in self.trace_ids
+        ]
+
+
+def read_trace_tables(
     con: duckdb.DuckDBPyConnection, trace_ids: list[str], batch: TraceBatch | None = None
-) -> list[TraceRows]:
-    """The store rows `trace_input` assembles a trace from, per trace in `trace_ids`: plain tuples,
-    cheap to send to a worker process.
+) -> TraceTables:
+    """The store rows of `trace_ids` that `trace_input` reads.
 
     `batch`, when these are the traces of a `trace_batches` batch over ROW_TABLES, lets DuckDB scan
     only the stretch of each table that holds them (see analysis/batches.py)."""
-    if not trace_ids:
-        return []
     batch = batch or TraceBatch(rowids=None)
-    rows: dict[str, dict[str, list[tuple]]] = {}
+    tables = {}
     with store.registered_ids(con, "_tf_dep_ids", trace_ids):
-        for table, (alias, columns, order) in ROW_COLUMNS.items():
+        for table, (alias, columns, _) in ROW_COLUMNS.items():
             where, values = batch.within(alias, table)  # the batch's stretch of the table
-            rows[table] = rows_by_trace(
-                con.execute(
-                    f"SELECT {alias}.trace_id, {columns} FROM {table} {alias} "
-                    f"JOIN _tf_dep_ids USING (trace_id) {where} ORDER BY {alias}.trace_id, {order}",
-                    values,
-                ).fetchall()
-            )
+            tables[table] = con.sql(
+                f"SELECT {alias}.trace_id, {columns} FROM {table} {alias} "
+                f"JOIN _tf_dep_ids USING (trace_id) {where}",
+                params=values,
+            ).to_arrow_table()
         workloads = dict(
             con.execute("SELECT trace_id, workload FROM traces JOIN _tf_dep_ids USING (trace_id)").fetchall()
         )
-    return [
-        (tid, workloads.get(tid), *(rows[table].get(tid, []) for table in ROW_TABLES)) for tid in trace_ids
-    ]
+    return TraceTables(trace_ids, workloads, tables)
 
 
 def _parse(arguments: str | None) -> Any:

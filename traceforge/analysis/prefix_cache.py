@@ -422,7 +422,7 @@ def _conversations(batch: ConversationBatch) -> Iterator[tuple[list[_Call], str]
     """Per trace of `batch`: its calls (with input and output character counts filled in) and its
     rendered conversation text."""
     calls, messages, defs = (
-        rows_by_trace(pl.from_arrow(table).sort(order).rows())
+        rows_by_trace(pl.from_arrow(table).sort(order, maintain_order=True).rows())
         for table, order in zip(batch.tables, CONVERSATION_ORDER, strict=True)
     )
     for trace_id in batch.trace_ids:
