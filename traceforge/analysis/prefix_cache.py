@@ -833,9 +833,10 @@ def load_requests(
     following = 0
     for request, *_ in requests:
         ids = array(typecode, map(renumbered.__getitem__, request.hash_ids))
-        if -1 in ids:  # blocks first used here: mostly a request's tail
-            for position, old in enumerate(request.hash_ids):
+        if -1 in ids:  # blocks first used here: mostly a request's tail, after its reused prefix
+            for position in range(ids.index(-1), len(ids)):
                 if ids[position] < 0:
+                    old = request.hash_ids[position]
                     if renumbered[old] < 0:
                         renumbered[old] = following
                         following += 1
