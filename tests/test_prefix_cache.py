@@ -6,6 +6,8 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import pickle
+from array import array
 
 import pytest
 from builders import WEATHER_TOOL, OpenAILoop, openai_tool_call, write_jsonl
@@ -75,6 +77,28 @@ def test_lru_block_hit_ratios_track_the_reference_computation(shared_data, capac
     result = simulate(read_replay(path).requests, capacity_blocks=capacity)
     assert result.peak_blocks <= capacity
     assert result.block_hit_ratio == pytest.approx(reference, abs=0.01)
+
+
+def test_a_request_sent_to_a_worker_comes_back_whole():
+    request = Request(
+        timestamp_ms=12.5,
+        input_length=1300,
+        output_length=40,
+        hash_ids=array("i", [3, 4, 9]),
+        session_id="t1",
+        delay_ms=250.0,
+        call_id="c7",
+        workload="support",
+        model="gpt-4.1",
+        input_estimated=True,
+        output_estimated=True,
+        prefix_synthesized=True,
+        timed=False,
+        end_ms=900.0,
+        cache_read_tokens=512,
+    )
+    for protocol in (2, pickle.HIGHEST_PROTOCOL):  # every field set, none at its default
+        assert pickle.loads(pickle.dumps(request, protocol=protocol)) == request
 
 
 def test_prefix_stops_at_the_first_miss_and_caps_the_partial_block():
