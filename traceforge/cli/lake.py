@@ -6,12 +6,17 @@ The dataset is what `traceforge export parquet` writes (library: `traceforge.lak
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import TypeVar
 
 import click
+import duckdb
 
 from traceforge import lake, store
 from traceforge.cli import cli
 from traceforge.cli.options import config_from, config_option, db_option, json_option, mode_option, stdout
+
+T = TypeVar("T")
 
 
 @cli.group(name="lake")
@@ -32,6 +37,25 @@ def _fail(exc: Exception) -> click.ClickException:
     return click.ClickException(str(exc))
 
 
+def _on_store(db: str, action: Callable[[duckdb.DuckDBPyConnection], T], read_only: bool = False) -> T:
+    """`action` on the store at `db`, closed after; a LakeError is the command's error."""
+    con = store.connect(db, read_only=read_only)
+    try:
+        return action(con)
+    except lake.LakeError as exc:
+        raise _fail(exc) from exc
+    finally:
+        con.close()
+
+
+def _report(as_json: bool, data: object, text: str) -> None:
+    """`data` as JSON with --json, else `text` for people."""
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+    else:
+        stdout().print(text)
+
+
 @lake_group.command()
 @click.argument("url")
 @db_option
@@ -43,18 +67,9 @@ def attach(url, db, as_json):
     deps`, `profile`, `sql` and `analyze`'s analyses then run on it, writing
     their own tables into the store.
     """
-    con = store.connect(db)
-    try:
-        rows = lake.attach_parquet(con, url)
-    except lake.LakeError as exc:
-        raise _fail(exc) from exc
-    finally:
-        con.close()
-    if as_json:
-        click.echo(json.dumps({"store": db, "url": url, "rows": rows}, indent=2))
-        return
+    rows = _on_store(db, lambda con: lake.attach_parquet(con, url))
     counts = ", ".join(f"{n:,} {table}" for table, n in rows.items())
-    stdout().print(f"{db} now reads {url}: {counts}.")
+    _report(as_json, {"store": db, "url": url, "rows": rows}, f"{db} now reads {url}: {counts}.")
 
 
 @lake_group.command()
@@ -86,11 +101,8 @@ def deps(url, out, mode, config_path, on_ray, address, as_json):
             totals = lake.analyze_lake(url, out, mode, config)
     except lake.LakeError as exc:
         raise _fail(exc) from exc
-    if as_json:
-        click.echo(json.dumps(totals, indent=2))
-        return
     counts = ", ".join(f"{n:,} {table}" for table, n in totals.items())
-    stdout().print(f"Wrote {counts} under {out or url}.")
+    _report(as_json, totals, f"Wrote {counts} under {out or url}.")
 
 
 @lake_group.command()
@@ -99,19 +111,9 @@ def deps(url, out, mode, config_path, on_ray, address, as_json):
 @json_option
 def load(url, db, as_json):
     """Copy the analysis rows written under URL (by `lake deps`) into a store."""
-    con = store.connect(db)
-    try:
-        loaded = lake.load_analysis(con, url)
-    except lake.LakeError as exc:
-        raise _fail(exc) from exc
-    finally:
-        con.close()
-    if as_json:
-        click.echo(json.dumps(loaded, indent=2))
-        return
-    stdout().print(
-        "Loaded " + ", ".join(f"{n:,} {table} rows" for table, n in loaded.items()) + f" into {db}."
-    )
+    loaded = _on_store(db, lambda con: lake.load_analysis(con, url))
+    counts = ", ".join(f"{n:,} {table} rows" for table, n in loaded.items())
+    _report(as_json, loaded, f"Loaded {counts} into {db}.")
 
 
 LAKE_OPTIONS = {"kind", "db", "out", "as_json"}
@@ -133,31 +135,17 @@ def export_parquet_command(ctx: click.Context, db: str, out: str, as_json: bool)
         )
     if ctx.get_parameter_source("out") == click.core.ParameterSource.DEFAULT:
         out = DEFAULT_LAKE_OUT
-    con = store.connect(db, read_only=True)
-    try:
-        written = lake.export_parquet(con, out)
-    except lake.LakeError as exc:
-        raise _fail(exc) from exc
-    finally:
-        con.close()
-    if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "out": written.out,
-                    "tables": written.tables,
-                    "partitions": written.partitions,
-                    "files": written.files,
-                    "bytes": written.bytes,
-                },
-                indent=2,
-            )
-        )
-        return
-    console = stdout()
-    console.print(
+    written = _on_store(db, lambda con: lake.export_parquet(con, out), read_only=True)
+    data = {
+        "out": written.out,
+        "tables": written.tables,
+        "partitions": written.partitions,
+        "files": written.files,
+        "bytes": written.bytes,
+    }
+    lines = [
         f"Wrote {len(written.tables)} tables ({written.files} Parquet files, {written.bytes / 1e6:,.1f} MB) "
-        f"to {written.out}, in {len(written.partitions)} partitions (source_format x day):"
-    )
-    for table, rows in written.tables.items():
-        console.print(f"  {table}: {rows:,} rows")
+        f"to {written.out}, in {len(written.partitions)} partitions (source_format x day):",
+        *(f"  {table}: {rows:,} rows" for table, rows in written.tables.items()),
+    ]
+    _report(as_json, data, "\n".join(lines))
