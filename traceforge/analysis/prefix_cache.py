@@ -330,6 +330,10 @@ def render_tools(defs: list[tuple[str, str | None, str | None]]) -> str:
     return "<tools>\n" + "\n".join(lines) + "\n</tools>\n"
 
 
+# json.dumps(..., sort_keys=True, ensure_ascii=False) builds an encoder per call; one does for all.
+_TOOL_CALL_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False)
+
+
 def render_message(role: str, content: str | None, tool_calls: str | None, name: str | None) -> str:
     """One message as the model reads it again in later requests (reasoning excluded)."""
     head = f"<|{role}|>" + (f" {name}" if role == "tool" and name else "") + "\n"
@@ -339,12 +343,7 @@ def render_message(role: str, content: str | None, tool_calls: str | None, name:
     if tool_calls:
         for call in json.loads(tool_calls):
             parts.append(
-                json.dumps(
-                    {"name": call.get("name"), "arguments": call.get("arguments")},
-                    sort_keys=True,
-                    ensure_ascii=False,
-                )
-                + "\n"
+                _TOOL_CALL_JSON.encode({"name": call.get("name"), "arguments": call.get("arguments")}) + "\n"
             )
     return "".join(parts)
 
