@@ -258,7 +258,7 @@ def corpus_for(name: str, shape: str, tool_calls: int | None, traces: int | None
     manifest["request"] = wanted
     manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
     # The kernel writes a new corpus's gigabytes back to disk for a while after: measured then, the
-    # first loaders compete with that writing (a 1x ingest took 9.0 s, 6.9 s once it was done).
+    # first loaders compete with that writing (a 1x ingest took 9.0 s, 6.0 s once it was done).
     os.sync()
     return folder, manifest
 
