@@ -12,7 +12,7 @@ import duckdb
 import pytest
 
 from traceforge import store
-from traceforge.analysis import prefix_cache
+from traceforge.analysis import batches, prefix_cache
 from traceforge.analysis.dag import analyze_dependencies
 from traceforge.cli import cli
 from traceforge.export.profile import build_profile
@@ -134,6 +134,27 @@ def test_the_dependency_analysis_is_read_in_batches(logs, tmp_path):
     tool_calls = whole_summary["tool_calls"]
     assert batched_summary["batches"] >= tool_calls // 50 // 2  # traces are never split between batches
     assert batched == whole
+
+
+def test_a_batch_reads_its_own_traces_rows_and_none_of_a_table_it_has_no_rows_in():
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE calls AS SELECT * FROM (VALUES ('a', 1), ('a', 2), ('b', 3), ('c', 4)) v(trace_id, x)"
+    )
+    con.execute("CREATE TABLE notes AS SELECT * FROM (VALUES ('a', 'n1'), ('c', 'n2')) v(trace_id, note)")
+    spans = batches.trace_spans(con, ["calls", "notes"])
+    assert spans.main_rows == 4
+
+    def read(batch: batches.TraceBatch, table: str, column: str) -> list:
+        where, values = batch.within("x", table)
+        return [row[0] for row in con.execute(f"SELECT x.{column} FROM {table} x {where}", values).fetchall()]
+
+    per_trace = spans.batches(1)
+    assert [b.trace_ids for b in per_trace] == [["a"], ["b"], ["c"]]
+    assert [read(b, "calls", "x") for b in per_trace] == [[1, 2], [3], [4]]
+    assert [read(b, "notes", "note") for b in per_trace] == [["n1"], [], ["n2"]]  # b has no notes
+    (whole,) = spans.batches(10)
+    assert read(whole, "notes", "note") == ["n1", "n2"]
 
 
 def _log_record(line: int, messages: list[dict], reply: str, conversation: str) -> Record:

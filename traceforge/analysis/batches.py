@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import duckdb
 
-EMPTY_RANGE = (1, 0)  # BETWEEN 1 AND 0 holds no row
+NO_ROWS = (1, 0)  # BETWEEN 1 AND 0 holds no row: the range of a table the batch has no rows in
 
 
 @dataclass
@@ -29,13 +29,48 @@ class TraceBatch:
 
     trace_ids: list[str] = field(default_factory=list)
     rows: int = 0  # their rows in the main table
-    rowids: dict[str, tuple[int, int]] | None = field(default_factory=dict)  # None: views, no row ids
+    # Per table its traces have rows in, the lowest and highest row id of those rows; None: views,
+    # which have no row ids.
+    rowids: dict[str, tuple[int, int]] | None = field(default_factory=dict)
 
     def within(self, alias: str, table: str) -> tuple[str, list[int]]:
         """A WHERE clause keeping `alias`'s rows to this batch's range of `table`, and its values."""
         if self.rowids is None:
             return "", []
-        return f"WHERE {alias}.rowid BETWEEN ? AND ?", list(self.rowids[table])
+        return f"WHERE {alias}.rowid BETWEEN ? AND ?", list(self.rowids.get(table, NO_ROWS))
+
+
+@dataclass
+class TraceSpans:
+    """Per trace (in the main table's physical order, or by id for views): its rows in the main
+    table, then a low and a high row id per table (None where it has no rows there). Batches are
+    cut from these; the row total, known before, sizes them."""
+
+    rows: list[tuple]
+    tables: Sequence[str] | None  # None: views, whose rows carry no row ids
+
+    @property
+    def main_rows(self) -> int:
+        """Rows of all the traces in the main table."""
+        return sum(row[1] for row in self.rows)
+
+    def batches(self, batch_rows: int) -> list[TraceBatch]:
+        """The traces in batches of about `batch_rows` rows of the main table (a trace is never
+        split); each batch's range per table spans its traces'."""
+        batches: list[TraceBatch] = []
+        for trace_id, count, *bounds in self.rows:
+            if not batches or batches[-1].rows >= batch_rows:
+                batches.append(TraceBatch(rowids=None if self.tables is None else {}))
+            batch = batches[-1]
+            batch.trace_ids.append(trace_id)
+            batch.rows += count
+            for position, table in enumerate(self.tables or ()):
+                low, high = bounds[2 * position], bounds[2 * position + 1]
+                if low is None:
+                    continue  # no rows of this trace in that table
+                old = batch.rowids.get(table)
+                batch.rowids[table] = (low, high) if old is None else (min(old[0], low), max(old[1], high))
+        return batches
 
 
 def trace_batches(
@@ -53,11 +88,19 @@ def trace_batches(
     >>> [b.trace_ids for b in trace_batches(con, ["tool_calls", "messages"], 20_000)]  # doctest: +SKIP
     [['t1', 't2', ...], ...]
     """
+    return trace_spans(con, tables, where, params).batches(batch_rows)
+
+
+def trace_spans(
+    con: duckdb.DuckDBPyConnection, tables: Sequence[str], where: str = "TRUE", params: Sequence[object] = ()
+) -> TraceSpans:
+    """What `trace_batches` cuts its batches from, in one scan of each table: for a caller that
+    sizes its batches by the rows there are (`TraceSpans.main_rows`)."""
     main, *others = tables
     base_tables = {row[0] for row in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
     if not base_tables.issuperset(tables):  # views: no row ids, traces in id order
         query = f"SELECT trace_id, count(*) FROM {main} WHERE {where} GROUP BY trace_id ORDER BY trace_id"
-        return _batched(con.execute(query, list(params)).fetchall(), None, batch_rows)
+        return TraceSpans(con.execute(query, list(params)).fetchall(), None)
     spans = " ".join(
         f"LEFT JOIN (SELECT trace_id, min(rowid) AS lo, max(rowid) AS hi FROM {table} GROUP BY trace_id) "
         f"AS {table} USING (trace_id)"
@@ -77,7 +120,7 @@ def trace_batches(
         """,
         list(params),
     ).fetchall()
-    return _batched(rows, tables, batch_rows)
+    return TraceSpans(rows, tables)
 
 
 def rows_by_trace(rows: Iterable[tuple]) -> dict[str, list[tuple]]:
@@ -86,25 +129,3 @@ def rows_by_trace(rows: Iterable[tuple]) -> dict[str, list[tuple]]:
     for row in rows:
         grouped.setdefault(row[0], []).append(row[1:])
     return grouped
-
-
-def _batched(rows: list[tuple], tables: Sequence[str] | None, batch_rows: int) -> list[TraceBatch]:
-    """Rows of (trace_id, rows in the main table, then a low and a high row id per table when
-    `tables` is given) cut into batches; each batch's range per table spans its traces'."""
-    batches: list[TraceBatch] = []
-    for trace_id, count, *bounds in rows:
-        if not batches or batches[-1].rows >= batch_rows:
-            batches.append(TraceBatch(rowids=None if tables is None else dict.fromkeys(tables, EMPTY_RANGE)))
-        batch = batches[-1]
-        batch.trace_ids.append(trace_id)
-        batch.rows += count
-        for position, table in enumerate(tables or ()):
-            low, high = bounds[2 * position], bounds[2 * position + 1]
-            if low is None:
-                continue  # no rows of this trace in that table
-            old_low, old_high = batch.rowids[table]
-            if (old_low, old_high) == EMPTY_RANGE:
-                batch.rowids[table] = (low, high)
-            else:
-                batch.rowids[table] = (min(old_low, low), max(old_high, high))
-    return batches

@@ -37,7 +37,7 @@ import networkx as nx
 import polars as pl
 
 from traceforge import store
-from traceforge.analysis.batches import trace_batches
+from traceforge.analysis.batches import trace_spans
 from traceforge.analysis.deps import (
     ROW_TABLES,
     Edge,
@@ -304,13 +304,11 @@ def analyze_dependencies(
     config = config or DepsConfig()
     settings = settings_key(mode, config)
     pending = "? OR trace_id NOT IN (SELECT trace_id FROM trace_dag WHERE settings = ?)"
-    (total_calls,) = con.execute(
-        f"SELECT count(*) FROM tool_calls WHERE {pending}", [recompute, settings]
-    ).fetchone()
-    count = worker_count(workers, total_calls, PARALLEL_MIN_CALLS)
+    spans = trace_spans(con, ROW_TABLES, pending, [recompute, settings])
+    count = worker_count(workers, spans.main_rows, PARALLEL_MIN_CALLS)
     # Batches are read in the tables' physical order, one stretch of each table (analysis.batches),
     # and split in `count` parts so every worker has a share of each.
-    parts = trace_batches(con, ROW_TABLES, max(1, batch_calls // count), pending, [recompute, settings])
+    parts = spans.batches(max(1, batch_calls // count))
     todo = [trace_id for part in parts for trace_id in part.trace_ids]
 
     def read_parts() -> Any:

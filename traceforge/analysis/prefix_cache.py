@@ -42,7 +42,7 @@ import duckdb
 import polars as pl
 
 from traceforge import store
-from traceforge.analysis.batches import TraceBatch, rows_by_trace, trace_batches
+from traceforge.analysis.batches import TraceBatch, rows_by_trace, trace_spans
 from traceforge.workers import ordered_map, worker_count
 
 BLOCK_SIZE = 512
@@ -418,9 +418,9 @@ def _map_batches(
     """`function(*shared, batch)` for every `ConversationBatch` of the store, in order: in `workers`
     processes (by default one per CPU when there are over `PARALLEL_MIN_CALLS` LLM calls) while
     this one reads the next batches, else here."""
-    (total,) = con.execute("SELECT count(*) FROM llm_calls").fetchone()
-    count = worker_count(workers, total, PARALLEL_MIN_CALLS)
-    batches = trace_batches(con, CONVERSATION_TABLES, max(1, CONVERSATION_BATCH_CALLS // count))
+    spans = trace_spans(con, CONVERSATION_TABLES)
+    count = worker_count(workers, spans.main_rows, PARALLEL_MIN_CALLS)
+    batches = spans.batches(max(1, CONVERSATION_BATCH_CALLS // count))
     read = (_read_batch(con, batch) for batch in batches)
     if count > 1:
         return ordered_map(f"{function.__module__}:{function.__name__}", read, count, shared)
