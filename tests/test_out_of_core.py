@@ -189,6 +189,11 @@ def test_the_profile_s_worker_processes_give_the_same_profile(logs, tmp_path, mo
     requests = [profile.log.requests for profile in profiles]
     assert sum(len(r.hash_ids) for r in requests[0]) > len(requests[0])  # blocks to number
     assert requests[0] == requests[1] == requests[2]  # the same hash ids, times and sizes
+    for log in requests:  # names every request repeats are held once, however they arrived
+        for field in ("session_id", "workload", "model"):
+            values = [getattr(r, field) for r in log]
+            assert len({id(v) for v in values}) == len(set(values)) < len(values)
+        assert {r.hash_ids.typecode for r in log} == {"i"}  # 32-bit ids
 
 
 def test_a_log_s_conversations_keep_only_their_latest_request():

@@ -57,7 +57,7 @@ class Request:
     timestamp_ms: float
     input_length: int
     output_length: int
-    hash_ids: Sequence[int]  # from the store: an array('q'), compact in memory and to send to workers
+    hash_ids: Sequence[int]  # from the store: an array of ints, compact in memory and to send to workers
     session_id: str | None = None
     delay_ms: float | None = None  # wait after the session's previous response ended
     call_id: str | None = None
@@ -810,6 +810,9 @@ def load_requests(
     provisional: dict[bytes, int] = {}
     requests: list[tuple[Request, str, int]] = []
     counts = dict.fromkeys(REQUEST_COUNTS, 0)
+    # Each request arrives from a worker with its own copies of its trace id, workload and model:
+    # one copy of each is kept (a few hundred bytes a request, with every request held).
+    names: dict[str | None, str | None] = {}
     for traces, batch_counts in _map_batches(con, batch_requests, (calibration, block_size), workers):
         for key, value in batch_counts.items():
             counts[key] += value
@@ -824,8 +827,12 @@ def load_requests(
             for request, seq, model, prefix, tail in trace.requests:
                 ids = chain_ids[model][:prefix] if model is not None else []
                 ids.extend(provisional.setdefault(digest, len(provisional)) for digest in tail)
-                request.hash_ids = array("q", ids)
+                request.hash_ids = array(_id_typecode(len(provisional)), ids)
+                request.session_id = names.setdefault(request.session_id, request.session_id)
+                request.workload = names.setdefault(request.workload, request.workload)
+                request.model = names.setdefault(request.model, request.model)
                 requests.append((request, request.session_id, seq))
+    del names
     known = [r.timestamp_ms for r, *_ in requests if not math.isnan(r.timestamp_ms)]
     origin = min(known) if known else 0.0
     for request, *_ in requests:
@@ -837,8 +844,8 @@ def load_requests(
     requests.sort(key=lambda item: (item[0].timestamp_ms, item[1], item[2]))
     unique = len(provisional)
     del provisional
-    renumbered = array("q", [-1]) * unique
-    typecode = "i" if unique < 2**31 else "q"  # half the memory for all but enormous stores
+    typecode = _id_typecode(unique)
+    renumbered = array(typecode, [-1]) * unique
     following = 0
     for request, *_ in requests:
         ids = array(typecode, map(renumbered.__getitem__, request.hash_ids))
@@ -857,6 +864,12 @@ def load_requests(
         chars_per_token=calibration.report(),
         counts=counts,
     )
+
+
+def _id_typecode(ids: int) -> str:
+    """The array typecode for block ids numbered 0 to `ids` - 1: 32-bit, half the memory, for all
+    but enormous stores."""
+    return "i" if ids <= 2**31 else "q"
 
 
 def provider_comparison(
