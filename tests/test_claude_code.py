@@ -346,7 +346,8 @@ def test_subagent_without_its_session_file_links_once_the_session_arrives(runner
         """SELECT tc.tool_call_id, tc.name
            FROM traces c JOIN traces p ON p.trace_id = c.parent_trace_id
            JOIN tool_calls tc ON tc.trace_id = p.trace_id
-             AND tc.tool_call_id = p.attributes->'subagents'->(c.attributes->>'agent_id')->>'tool_call_id'
+             AND tc.tool_call_id
+               = (json_extract(p.attributes->'subagents', c.attributes->>'agent_id')->>'tool_call_id')
            WHERE c.trace_id = ?""",
         [f"{LINKED}/agent-a5b6c7d"],
     )

@@ -516,6 +516,8 @@ def cache_released(con: duckdb.DuckDBPyConnection, limit: str = RELEASED_MEMORY_
     try:
         con.execute("SET memory_limit = ?", [limit])
     except duckdb.OutOfMemoryException:
+        # DuckDB 1.5 keeps the new limit even as it reports that it cannot meet it: put it back.
+        con.execute("SET memory_limit = ?", [configured])
         yield
         return
     try:
@@ -538,7 +540,7 @@ def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
         try:
             con.execute("COMMIT")
         except duckdb.TransactionException as exc:
-            if "could not allocate" in str(exc):
+            if "could not allocate" in str(exc) or "failed to pin block" in str(exc):  # 2.0, 1.5
                 raise duckdb.OutOfMemoryException(str(exc)) from exc
             raise
     except BaseException:
