@@ -1,10 +1,13 @@
 """`traceforge export parquet` and `traceforge lake`: the store as a hive-partitioned Parquet dataset,
-read back as a store, and the per-trace analysis run partition by partition (locally, and on a local
-Ray instance where Ray is installed)."""
+read back as a store, and the per-trace analysis run partition by partition (locally, on a local Ray
+instance where Ray is installed, and from and to an S3 bucket where an S3 stand-in and DuckDB's
+httpfs extension are installed)."""
 
 from __future__ import annotations
 
+import glob
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -222,3 +225,106 @@ def test_the_single_machine_path_does_not_import_ray(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def _httpfs_binary() -> str | None:
+    """An httpfs extension built for this DuckDB: installed already (DuckDB's repository), or from
+    the PyPI package `duckdb-extension-httpfs` (which has builds up to DuckDB 1.5.5)."""
+    con = duckdb.connect()
+    try:
+        con.execute("LOAD httpfs")
+        return con.execute(
+            "SELECT install_path FROM duckdb_extensions() WHERE extension_name = 'httpfs'"
+        ).fetchone()[0]
+    except duckdb.Error:
+        pass
+    finally:
+        con.close()
+    try:
+        import duckdb_extension_httpfs
+    except ImportError:
+        return None
+    folder = Path(duckdb_extension_httpfs.__file__).parent / "extensions" / f"v{duckdb.__version__}"
+    found = glob.glob(str(folder / "httpfs.duckdb_extension"))
+    return found[0] if found else None
+
+
+@pytest.fixture
+def s3_bucket(tmp_path, monkeypatch):
+    """A bucket on a local S3 endpoint (moto's server, in this process), with a DuckDB secret for it
+    in a home folder of the test's own: DuckDB reaches it through httpfs as it would AWS, R2 or
+    MinIO; only the secret's endpoint differs. Yields an upload function: folder -> s3:// URL."""
+    moto_server = pytest.importorskip(
+        "moto.moto_server.threaded_moto_server",
+        reason="the S3 stand-in is not installed: pip install 'moto[server]'",
+    )
+    binary = _httpfs_binary()
+    if binary is None:
+        pytest.skip(
+            f"no httpfs extension for DuckDB {duckdb.__version__} here (DuckDB's extension repository "
+            "is out of reach): pip install 'duckdb==1.5.5' 'duckdb-extension-httpfs==1.5.5'"
+        )
+    import boto3
+
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    credentials = {"aws_access_key_id": "traceforge", "aws_secret_access_key": "traceforge"}
+    client = boto3.client("s3", endpoint_url=f"http://{host}:{port}", region_name="us-east-1", **credentials)
+    client.create_bucket(Bucket="traceforge-lake")
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))  # DuckDB's extensions and secrets live there
+    con = duckdb.connect()
+    con.execute(f"INSTALL '{binary}'")
+    con.execute("LOAD httpfs")
+    con.execute(
+        "CREATE PERSISTENT SECRET lake (TYPE s3, KEY_ID 'traceforge', SECRET 'traceforge', "
+        f"ENDPOINT '{host}:{port}', USE_SSL false, URL_STYLE 'path', REGION 'us-east-1')"
+    )
+    con.close()
+
+    def upload(folder: Path, prefix: str) -> str:
+        for path in sorted(folder.rglob("*")):
+            if path.is_file():
+                key = f"{prefix}/{path.relative_to(folder).as_posix()}"
+                client.upload_file(str(path), "traceforge-lake", key)
+        return f"s3://traceforge-lake/{prefix}"
+
+    try:
+        yield upload
+    finally:
+        server.stop()
+
+
+def test_a_lake_in_object_storage_is_attached_analysed_and_written_back(
+    runner, analysed_store, tmp_path, s3_bucket
+):
+    local = tmp_path / "lake"
+    assert export(runner, analysed_store, local).exit_code == 0
+    url = s3_bucket(local, "lake")
+    assert not os.path.exists(url)
+    attached = tmp_path / "attached.duckdb"
+    result = runner.invoke(cli, ["lake", "attach", url, "--db", str(attached), "--json"])
+    assert result.exit_code == 0, result.output
+    summary = "SELECT * FROM v_trace_summary ORDER BY trace_id"
+    assert rows(attached, summary) == rows(analysed_store, summary)
+    result = runner.invoke(cli, ["deps", "--db", str(attached), "--json"])
+    assert result.exit_code == 0, result.output
+    assert analysis_rows(attached) == analysis_rows(analysed_store)
+    # the per-partition analysis reads the bucket and writes its rows back to it
+    results = "s3://traceforge-lake/results"
+    result = runner.invoke(cli, ["lake", "deps", url, "--out", results, "--json"])
+    assert result.exit_code == 0, result.output
+    assert (
+        json.loads(result.output)["trace_dag"] == rows(analysed_store, "SELECT count(*) FROM trace_dag")[0][0]
+    )
+    loaded = tmp_path / "loaded.duckdb"
+    result = runner.invoke(cli, ["lake", "load", results, "--db", str(loaded)])
+    assert result.exit_code == 0, result.output
+    assert analysis_rows(loaded) == analysis_rows(analysed_store)
+    # a prefix with no lake in the bucket fails with the reason
+    result = runner.invoke(
+        cli, ["lake", "attach", "s3://traceforge-lake/nothing", "--db", str(tmp_path / "x.duckdb")]
+    )
+    assert result.exit_code == 1 and "holds no traceforge lake" in result.output

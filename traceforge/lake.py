@@ -212,10 +212,13 @@ def prepare_url(con: duckdb.DuckDBPyConnection, url: str) -> None:
             con.execute(f"INSTALL {extension}")
             con.execute(f"LOAD {extension}")
         except duckdb.Error as exc:
+            # The DuckDB shell is another DuckDB version: installing there would not reach this one.
             raise LakeError(
                 f"reading {url} needs DuckDB's {extension} extension, which could not be installed "
-                f"({exc}). Install it where the network allows (duckdb -c 'INSTALL {extension}') "
-                "or copy the dataset to a local folder."
+                f"({exc}). Install it for DuckDB {duckdb.__version__} with the Python traceforge runs "
+                f"in, where the network allows (python -c \"import duckdb; duckdb.execute('INSTALL "
+                f"{extension}')\") or from a file built for that version (INSTALL '/path/to/"
+                f"{extension}.duckdb_extension'); or copy the dataset to a local folder."
             ) from exc
 
 
