@@ -250,20 +250,35 @@ def _httpfs_binary() -> str | None:
 
 
 @pytest.fixture
-def s3_bucket(tmp_path, monkeypatch):
-    """A bucket on a local S3 endpoint (moto's server, in this process), with a DuckDB secret for it
-    in a home folder of the test's own: DuckDB reaches it through httpfs as it would AWS, R2 or
-    MinIO; only the secret's endpoint differs. Yields an upload function: folder -> s3:// URL."""
-    moto_server = pytest.importorskip(
-        "moto.moto_server.threaded_moto_server",
-        reason="the S3 stand-in is not installed: pip install 'moto[server]'",
-    )
+def httpfs_home(tmp_path, monkeypatch) -> Path:
+    """A DuckDB home of the test's own (extensions, persistent secrets) with httpfs installed, or a
+    skip saying what to install."""
     binary = _httpfs_binary()
     if binary is None:
         pytest.skip(
             f"no httpfs extension for DuckDB {duckdb.__version__} here (DuckDB's extension repository "
             "is out of reach): pip install 'duckdb==1.5.5' 'duckdb-extension-httpfs==1.5.5'"
         )
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    con = duckdb.connect()
+    try:
+        con.execute(f"INSTALL '{binary}'")
+    finally:
+        con.close()
+    return home
+
+
+@pytest.fixture
+def s3_bucket(httpfs_home):
+    """A bucket on a local S3 endpoint (moto's server, in this process), with a DuckDB secret for it:
+    DuckDB reaches it through httpfs as it would AWS, R2 or MinIO; only the secret's endpoint
+    differs. Yields an upload function: folder -> s3:// URL."""
+    moto_server = pytest.importorskip(
+        "moto.moto_server.threaded_moto_server",
+        reason="the S3 stand-in is not installed: pip install 'moto[server]'",
+    )
     import boto3
 
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
@@ -272,11 +287,7 @@ def s3_bucket(tmp_path, monkeypatch):
     credentials = {"aws_access_key_id": "traceforge", "aws_secret_access_key": "traceforge"}
     client = boto3.client("s3", endpoint_url=f"http://{host}:{port}", region_name="us-east-1", **credentials)
     client.create_bucket(Bucket="traceforge-lake")
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))  # DuckDB's extensions and secrets live there
     con = duckdb.connect()
-    con.execute(f"INSTALL '{binary}'")
     con.execute("LOAD httpfs")
     con.execute(
         "CREATE PERSISTENT SECRET lake (TYPE s3, KEY_ID 'traceforge', SECRET 'traceforge', "
@@ -328,3 +339,58 @@ def test_a_lake_in_object_storage_is_attached_analysed_and_written_back(
         cli, ["lake", "attach", "s3://traceforge-lake/nothing", "--db", str(tmp_path / "x.duckdb")]
     )
     assert result.exit_code == 1 and "holds no traceforge lake" in result.output
+
+
+@pytest.fixture
+def http_site(tmp_path, httpfs_home):
+    """A folder served over plain HTTP (no listing for DuckDB): yields (folder, its http:// URL)."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    site = tmp_path / "site"
+    site.mkdir()
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(site)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield site, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_lake_over_https_is_read_by_its_file_list_and_never_written_to(
+    runner, analysed_store, tmp_path, http_site
+):
+    site, base = http_site
+    assert export(runner, analysed_store, site / "lake").exit_code == 0
+    url = f"{base}/lake"
+    attached = tmp_path / "attached.duckdb"
+    result = runner.invoke(cli, ["lake", "attach", url, "--db", str(attached)])
+    assert result.exit_code == 0, result.output
+    summary = "SELECT * FROM v_trace_summary ORDER BY trace_id"
+    assert rows(attached, summary) == rows(analysed_store, summary)
+    results = tmp_path / "results"
+    result = runner.invoke(cli, ["lake", "deps", url, "--out", str(results)])
+    assert result.exit_code == 0, result.output
+    loaded = tmp_path / "loaded.duckdb"
+    assert runner.invoke(cli, ["lake", "load", str(results), "--db", str(loaded)]).exit_code == 0
+    assert analysis_rows(loaded) == analysis_rows(analysed_store)
+    # the rows cannot go back to a web server, nor be listed there
+    for args in (["lake", "deps", url], ["lake", "load", url, "--db", str(tmp_path / "l.duckdb")]):
+        result = runner.invoke(cli, args)
+        assert result.exit_code == 1 and "can be read, not written or listed" in result.output
+    # a lake exported before manifests listed their files cannot be read over http
+    manifest_path = site / "lake" / lake.MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    for info in manifest["tables"].values():
+        del info["files"]
+    manifest_path.write_text(json.dumps(manifest))
+    result = runner.invoke(cli, ["lake", "attach", url, "--db", str(tmp_path / "old.duckdb")])
+    assert result.exit_code == 1 and "Export it again" in result.output

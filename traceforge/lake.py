@@ -144,7 +144,17 @@ def export_parquet(con: duckdb.DuckDBPyConnection, out: str | Path) -> LakeExpor
         "store_schema_version": SCHEMA_VERSION,
         "partition_by": list(PARTITION_COLUMNS),
         "tables": {
-            table: {"rows": rows, "partitioned": table in TRACE_TABLES, "columns": _columns(con, table)}
+            table: {
+                "rows": rows,
+                "partitioned": table in TRACE_TABLES,
+                "columns": _columns(con, table),
+                # for URLs that cannot be listed (http, https): the table's files, under its folder
+                "files": sorted(
+                    p.relative_to(folder / table).as_posix()
+                    for p in written
+                    if p.is_relative_to(folder / table)
+                ),
+            }
             for table, rows in export.tables.items()
         },
         "partitions": export.partitions,
@@ -241,8 +251,33 @@ def read_manifest(con: duckdb.DuckDBPyConnection, url: str) -> dict[str, Any]:
 
 
 def _scan(url: str, table: str, info: dict[str, Any]) -> str:
+    """`read_parquet` of one table of the lake: its files by a glob, or, at a URL that cannot be
+    listed (http, https), by the list the manifest keeps."""
+    hive = str(info["partitioned"]).lower()
+    if not _listable(url):
+        if "files" not in info:
+            raise LakeError(
+                f"{url}: an http(s) URL cannot be listed, and this lake's manifest has no file list "
+                "(written by an older traceforge). Export it again with `traceforge export parquet`."
+            )
+        files = ", ".join(_quote(_join(url, table, name)) for name in info["files"])
+        return f"read_parquet([{files}], hive_partitioning = {hive})"
     pattern = _join(url, table, "**", "*.parquet") if info["partitioned"] else _join(url, table, "*.parquet")
-    return f"read_parquet({_quote(pattern)}, hive_partitioning = {str(info['partitioned']).lower()})"
+    return f"read_parquet({_quote(pattern)}, hive_partitioning = {hive})"
+
+
+def _listable(url: str) -> bool:
+    """Whether DuckDB can list the files under `url`: a path or object storage, not plain http(s)."""
+    return url.split("://", 1)[0].lower() not in ("http", "https") if "://" in url else True
+
+
+def check_writable(url: str) -> None:
+    """Raise LakeError for a URL the analysis rows cannot be written to (or listed at)."""
+    if not _listable(url):
+        raise LakeError(
+            f"{url}: an http(s) URL can be read, not written or listed; write the analysis rows to a "
+            "folder or to object storage (--out)"
+        )
 
 
 def attach_parquet(con: duckdb.DuckDBPyConnection, url: str) -> dict[str, int]:
@@ -379,6 +414,7 @@ def write_partition_results(
 ) -> dict[str, int]:
     """Write one partition's analysis rows under `out` in the lake's layout
     (`out/trace_dag/source_format=.../day=.../data_0.parquet`); returns the rows per table."""
+    check_writable(out)
     con = duckdb.connect()
     try:
         prepare_url(con, out)
@@ -406,6 +442,7 @@ def analyze_lake(
     """The per-trace analysis of a whole lake on this machine, partition by partition, writing each
     partition's rows under `out` (default: the lake itself). Returns the rows written per table.
     `traceforge.lake_ray.analyze_lake_on_ray` does the same with one Ray task per partition."""
+    check_writable(out or url)
     totals: dict[str, int] = {}
     for partition in partitions(url):
         for table, n in analyze_and_write(url, out or url, partition, mode, config).items():
@@ -423,6 +460,7 @@ def analyze_and_write(
 def load_analysis(con: duckdb.DuckDBPyConnection, url: str) -> dict[str, int]:
     """Copy the analysis rows written under `url` (by `analyze_lake` or a Ray run) into the store's
     own `tool_deps`, `tool_schedule` and `trace_dag`, replacing those of the same traces."""
+    check_writable(url)  # where they could not have been written, they cannot be listed either
     prepare_url(con, url)
     loaded = {}
     for table in ANALYSIS_TABLES:

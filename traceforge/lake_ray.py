@@ -42,6 +42,7 @@ def analyze_lake_on_ray(
     """Analyse every partition of the lake at `url` as a Ray Data map, writing under `out` (default:
     the lake). Connects to the cluster at `address` (or the one `ray.init()` finds, or starts a local
     instance). Returns the rows written per table and the number of partitions."""
+    lake.check_writable(out or url)
     ray = _ray()
     if not ray.is_initialized():
         ray.init(address=address, ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
