@@ -198,3 +198,23 @@ def test_a_price_file_prices_models_the_shipped_table_lacks(runner, tmp_path):
     assert priced["spend"]["totals"]["cost_usd"] == pytest.approx(1.0 * 2.0 + 0.5 * 4.0)
     bad = runner.invoke(cli, [*args, "--out", str(tmp_path / "c"), "--prices", str(tmp_path / "absent.toml")])
     assert bad.exit_code == 2
+
+
+@pytest.mark.parametrize("key", ["agent", "model"])
+def test_savings_per_workload_use_the_workload_key_of_the_run(runner, tmp_path, key):
+    """The dependency analysis runs before the profile assigns the run's workloads; its savings per
+    workload, the traces to look at and the recommendations are still under the run's names."""
+    args = ["analyze", str(SAMPLE_TRACES), "--db", str(tmp_path / "s.duckdb"), "--out", str(tmp_path / "o")]
+    result = runner.invoke(cli, [*args, "--workload-key", key, "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    names = {w["workload"] for w in summary["spend"]["workloads"]}
+    by_workload = summary["parallel"]["by_workload"]
+    assert {row["workload"] for row in by_workload} <= names
+    assert sum(row["turns_saved"] for row in by_workload) == summary["parallel"]["turns_saved"] > 0
+    assert {t["workload"] for t in summary["parallel"]["top_traces"]} <= names
+    saved = {row["workload"]: row["turns_saved"] for row in by_workload}
+    for pick in summary["recommendations"]:
+        says_parallel = any("independent calls made one after another" in r for r in pick["reasons"])
+        assert says_parallel == bool(saved.get(pick["workload"]))
+    assert any(saved.get(pick["workload"]) for pick in summary["recommendations"])

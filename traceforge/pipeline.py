@@ -26,7 +26,7 @@ from typing import Any
 import duckdb
 
 from traceforge import __version__
-from traceforge.analysis.dag import analyze_dependencies, trace_schedule
+from traceforge.analysis.dag import analyze_dependencies, dag_by_workload, trace_schedule
 from traceforge.analysis.effects import DepsConfig
 from traceforge.analysis.summary import summarize
 from traceforge.export.profile import Profile, build_profile, write_profile
@@ -102,6 +102,9 @@ def assemble_summary(
     # The stored analysis as a whole; the run's own bookkeeping (how many traces it redid) is not news.
     parallel = {k: v for k, v in dependencies.items() if k not in ("analysed_now", "batches")}
     parallel["mode"] = mode
+    # The dependency analysis ran before the profile assigned this run's workloads: regrouped here,
+    # the savings per workload are under the same names as spend and the profile.
+    parallel["by_workload"] = dag_by_workload(con)
     parallel["top_traces"] = _records(
         con,
         """
@@ -142,7 +145,9 @@ def assemble_summary(
         },
         "parallel": parallel,
         "inference": inference,
-        "recommendations": recommend(spend["workloads"], parallel, inference, _successes(con)),
+        "recommendations": recommend(
+            spend["workloads"], dag_by_workload(con, top=None), inference, _successes(con)
+        ),
     }
 
 
@@ -204,20 +209,21 @@ def _successes(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, int]]:
 
 def recommend(
     workloads: list[dict[str, Any]],
-    parallel: dict[str, Any],
+    savings: list[dict[str, Any]],
     inference: list[dict[str, Any]],
     outcomes: dict[str, dict[str, int]],
 ) -> list[dict[str, Any]]:
     """What to post-train first, and why: the workloads in the smallest set covering 80% of spend,
     largest first, each with the evidence for it (its share, the turns a parallel-calling model
-    would save, how much data there is to train on, and how it should be served)."""
-    dag_by_workload = {row["workload"]: row for row in parallel.get("by_workload", [])}
+    would save, how much data there is to train on, and how it should be served). `savings`: the
+    rows of `v_dag_by_workload`, `inference` the profile's, `outcomes` the traces' by workload."""
+    savings_by_workload = {row["workload"]: row for row in savings}
     profile_by_workload = {row["workload"]: row for row in inference}
     picks = [w for w in workloads if w.get("in_top_80")] or workloads[:1]
     out = []
     for workload in picks:
         name = workload["workload"]
-        dag = dag_by_workload.get(name, {})
+        dag = savings_by_workload.get(name, {})
         served = profile_by_workload.get(name, {})
         outcome = outcomes.get(name, {"success": 0, "failure": 0, "traces": workload["traces"]})
         reasons = [f"{workload['share']:.0%} of spend (rank {workload['rank']})"]

@@ -343,6 +343,36 @@ MIGRATIONS: list[Migration] = [
         );
         """,
     ),
+    Migration(
+        6,
+        "dependency savings per workload under the key the last analysis used",
+        """
+        -- As migration 4's view, grouped by `trace_workloads` (the workload key of the last
+        -- `profile` / `analyze`), like spend and the profile; by the source's workload for traces
+        -- not assigned yet.
+        CREATE OR REPLACE VIEW v_dag_by_workload AS
+        SELECT coalesce(w.workload, t.workload, '(none)') AS workload,
+               count(*) AS traces,
+               sum(d.tool_calls) AS tool_calls,
+               sum(d.observed_turns) AS observed_turns,
+               sum(d.min_turns) AS min_turns,
+               sum(d.turns_saved) AS turns_saved,
+               sum(d.turns_saved) / nullif(sum(d.observed_turns), 0) AS turns_saved_share,
+               count(*) FILTER (WHERE d.turns_saved > 0) AS traces_with_savings,
+               sum(d.parallel_turns) AS parallel_turns,
+               sum(d.min_turns_conservative) AS min_turns_conservative,
+               sum(d.min_turns_loose) AS min_turns_loose,
+               sum(d.observed_ms) AS observed_ms,
+               sum(d.parallel_ms) AS parallel_ms,
+               sum(d.observed_ms) / nullif(sum(d.parallel_ms), 0) AS speedup,
+               sum(d.tokens_saved) AS tokens_saved,
+               sum(d.input_tokens_saved) AS input_tokens_saved
+        FROM trace_dag d JOIN traces t USING (trace_id)
+        LEFT JOIN trace_workloads w USING (trace_id)
+        GROUP BY 1
+        ORDER BY turns_saved DESC, workload;
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = max(m.version for m in MIGRATIONS)

@@ -517,7 +517,7 @@ def summarize_dependencies(con: duckdb.DuckDBPyConnection, top: int = 10) -> dic
             "SELECT kind, count(*) FROM tool_deps GROUP BY kind ORDER BY count(*) DESC, kind"
         ).fetchall()
     )
-    summary["by_workload"] = _records(con, f"SELECT * FROM v_dag_by_workload LIMIT {int(top)}")
+    summary["by_workload"] = dag_by_workload(con, top)
     summary["tool_pairs"] = _records(
         con,
         f"""SELECT * FROM v_dag_tool_pairs WHERE independent_pairs > 0
@@ -525,12 +525,20 @@ def summarize_dependencies(con: duckdb.DuckDBPyConnection, top: int = 10) -> dic
     )
     summary["top_traces"] = _records(
         con,
-        f"""SELECT d.trace_id, t.workload, d.tool_calls, d.observed_turns, d.min_turns, d.turns_saved,
-                   d.observed_ms, d.parallel_ms, d.tokens_saved
-            FROM trace_dag d JOIN traces t USING (trace_id)
+        f"""SELECT d.trace_id, coalesce(w.workload, t.workload) AS workload, d.tool_calls,
+                   d.observed_turns, d.min_turns, d.turns_saved, d.observed_ms, d.parallel_ms,
+                   d.tokens_saved
+            FROM trace_dag d JOIN traces t USING (trace_id) LEFT JOIN trace_workloads w USING (trace_id)
             ORDER BY d.turns_saved DESC, d.tool_calls DESC, d.trace_id LIMIT {int(top)}""",
     )
     return summary
+
+
+def dag_by_workload(con: duckdb.DuckDBPyConnection, top: int | None = 10) -> list[dict[str, Any]]:
+    """`v_dag_by_workload`: turns and time a parallel-calling model would save per workload (under
+    the workload key of the last profile), most turns saved first; the `top` ones, or all."""
+    limit = "" if top is None else f" LIMIT {int(top)}"
+    return _records(con, f"SELECT * FROM v_dag_by_workload{limit}")
 
 
 def _records(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, Any]]:
