@@ -537,12 +537,13 @@ def summarize_dependencies(con: duckdb.DuckDBPyConnection, top: int = 10) -> dic
 def dag_by_workload(con: duckdb.DuckDBPyConnection, top: int | None = 10) -> list[dict[str, Any]]:
     """`v_dag_by_workload`: turns and time a parallel-calling model would save per workload (under
     the workload key of the last profile), most turns saved first; the `top` ones, or all."""
-    limit = "" if top is None else f" LIMIT {int(top)}"
-    return _records(con, f"SELECT * FROM v_dag_by_workload{limit}")
+    return _records(con, "SELECT * FROM v_dag_by_workload LIMIT ?", [top])  # LIMIT NULL: all
 
 
-def _records(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, Any]]:
-    result = con.execute(sql)
+def _records(
+    con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None
+) -> list[dict[str, Any]]:
+    result = con.execute(sql, params or [])
     columns = [d[0] for d in result.description]
     return [dict(zip(columns, row, strict=True)) for row in result.fetchall()]
 
