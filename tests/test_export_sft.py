@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -333,3 +334,28 @@ def test_real_tau2_simulations(runner, shared_data, tmp_path, db_path):
         reward = (simulation.get("reward_info") or {}).get("reward")
         assert row["outcome"] == ("success" if reward else "failure")
     assert json.loads(result.output)["user_tool_calls_removed"] == user_calls > 0
+
+
+def test_a_workload_is_selected_by_the_name_the_last_analysis_gave_it(runner, db, tmp_path):
+    copy = tmp_path / "keyed.duckdb"
+    shutil.copy(db, copy)
+    result = run(
+        runner, "profile", "--db", str(copy), "--out", str(tmp_path / "p"), "--workload-key", "model"
+    )
+    assert result.exit_code == 0, result.output
+    con = store.connect(copy, read_only=True)
+    try:
+        assigned = dict(con.execute("SELECT trace_id, workload FROM trace_workloads").fetchall())
+    finally:
+        con.close()
+    model = assigned["stock-anthropic"]  # the report's name for it under --workload-key model
+    out = tmp_path / "data"
+    base = ["export", "sft", "--db", str(copy), "--split", "train=1"]
+    result = run(runner, *base, "--out", str(out), "--workload", model)
+    assert result.exit_code == 0, result.output
+    assert {r["trace_id"] for r in load(out, "sft", tmp_path)} == {
+        t for t, w in assigned.items() if w == model
+    } & set(expected_trace_ids(copy))
+    # the source's own name still selects
+    result = run(runner, *base, "--out", str(tmp_path / "d2"), "--workload", "finance")
+    assert {r["trace_id"] for r in load(tmp_path / "d2", "sft", tmp_path)} == {"stock-anthropic"}

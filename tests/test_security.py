@@ -40,7 +40,6 @@ PASTED_INTO_SQL = {
     ("analysis/workloads.py", "key"): "checked to be 'agent' or 'source_format' just before",
     ("export/pipeline.py", "selected"): "a SQL fragment written in the code (its ids are bound)",
     ("export/selection.py", "patterns"): "'c.model GLOB ?' once per model: placeholders",
-    ("export/selection.py", "', '.join('?' * len(criteria.workloads))"): "placeholders",
     ("export/selection.py", "', '.join('?' * len(criteria.outcomes))"): "placeholders",
     ("analysis/dag.py", "pending"): "a condition written in the code (its values are bound)",
     ("analysis/batches.py", "main"): "a table name from the callers' code (deps.ROW_TABLES...)",

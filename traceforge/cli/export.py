@@ -52,7 +52,12 @@ def _date(value: str | None) -> datetime | None:
     show_default=True,
     help="hf: parquet shards + dataset card (TRL); openai: OpenAI fine-tuning JSONL.",
 )
-@click.option("--workload", multiple=True, help="Only these workloads (repeatable).")
+@click.option(
+    "--workload",
+    multiple=True,
+    help="Only these workloads (repeatable): the traces' own names, or those the last analyze / "
+    "profile reported under its --workload-key.",
+)
 @click.option(
     "--outcome",
     multiple=True,

@@ -170,8 +170,13 @@ def matching_trace_ids(con: duckdb.DuckDBPyConnection, criteria: Criteria) -> li
     """Trace ids that match the criteria, oldest first (then by id)."""
     where, params = [], []
     if criteria.workloads:
-        where.append(f"t.workload IN ({', '.join('?' * len(criteria.workloads))})")
-        params.extend(criteria.workloads)
+        # A workload by the trace's own name or by the one the last profile / analyze gave it under
+        # its workload key (the names its report printed).
+        where.append(
+            "(list_contains(?::VARCHAR[], t.workload) OR t.trace_id IN "
+            "(SELECT trace_id FROM trace_workloads WHERE list_contains(?::VARCHAR[], workload)))"
+        )
+        params.extend([list(criteria.workloads), list(criteria.workloads)])
     if criteria.outcomes:
         where.append(f"t.outcome IN ({', '.join('?' * len(criteria.outcomes))})")
         params.extend(criteria.outcomes)
