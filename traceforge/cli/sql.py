@@ -67,7 +67,7 @@ def sql(query, db, as_json, as_csv):
     if as_json:
         click.echo(json.dumps([dict(zip(columns, r, strict=True)) for r in rows], indent=2, default=str))
     elif as_csv:
-        writer = csv.writer(sys.stdout)
+        writer = csv.writer(sys.stdout, lineterminator="\n")  # as DuckDB's shell; no \r in $(...)
         writer.writerow(columns)
         writer.writerows(rows)
     else:
