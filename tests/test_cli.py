@@ -119,7 +119,7 @@ def test_sql_runs_queries_and_explains_a_missing_store(runner, tmp_path):
     )
     assert json.loads(result.output) == [{"workload": "support", "n": 2}]
     csv_out = runner.invoke(cli, ["sql", "--db", db, "--csv", "SELECT count(*) AS n FROM tool_calls"])
-    assert csv_out.output == "n\n2\n"  # no \r for a shell's $(...)
+    assert csv_out.stdout_bytes == b"n\n2\n"  # no \r for a shell's $(...) (.output drops it)
     broken = runner.invoke(cli, ["sql", "--db", db, "SELEC nothing"])
     assert broken.exit_code == 1 and "syntax error" in broken.output.lower()
     absent = runner.invoke(cli, ["sql", "--db", str(tmp_path / "absent.duckdb"), "SELECT 1"])
