@@ -268,7 +268,8 @@ def _scan(url: str, table: str, info: dict[str, Any]) -> str:
 
 def _listable(url: str) -> bool:
     """Whether DuckDB can list the files under `url`: a path or object storage, not plain http(s)."""
-    return url.split("://", 1)[0].lower() not in ("http", "https") if "://" in url else True
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    return scheme not in ("http", "https")
 
 
 def check_writable(url: str) -> None:
