@@ -1,13 +1,11 @@
 """`traceforge export parquet` and `traceforge lake`: the store as a hive-partitioned Parquet dataset,
 read back as a store, and the per-trace analysis run partition by partition (locally, on a local Ray
-instance where Ray is installed, and from and to an S3 bucket where an S3 stand-in and DuckDB's
-httpfs extension are installed)."""
+instance where Ray is installed), and a lake in an S3 bucket and on a web server (where DuckDB's
+httpfs extension, and for S3 a local S3 stand-in, are installed)."""
 
 from __future__ import annotations
 
-import glob
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -245,8 +243,8 @@ def _httpfs_binary() -> str | None:
     except ImportError:
         return None
     folder = Path(duckdb_extension_httpfs.__file__).parent / "extensions" / f"v{duckdb.__version__}"
-    found = glob.glob(str(folder / "httpfs.duckdb_extension"))
-    return found[0] if found else None
+    binary = folder / "httpfs.duckdb_extension"
+    return str(binary) if binary.is_file() else None
 
 
 @pytest.fixture
@@ -314,7 +312,6 @@ def test_a_lake_in_object_storage_is_attached_analysed_and_written_back(
     local = tmp_path / "lake"
     assert export(runner, analysed_store, local).exit_code == 0
     url = s3_bucket(local, "lake")
-    assert not os.path.exists(url)
     attached = tmp_path / "attached.duckdb"
     result = runner.invoke(cli, ["lake", "attach", url, "--db", str(attached), "--json"])
     assert result.exit_code == 0, result.output
