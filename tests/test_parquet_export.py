@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import duckdb
 import pytest
@@ -62,7 +63,7 @@ def analysis_rows(db: Path) -> dict[str, list[tuple]]:
     }
 
 
-def export(runner, db: Path, out: Path, *extra: str):
+def export(runner, db: Path, out: Path | str, *extra: str):
     return runner.invoke(cli, ["export", "parquet", "--db", str(db), "--out", str(out), *extra])
 
 
@@ -272,7 +273,7 @@ def httpfs_home(tmp_path, monkeypatch) -> Path:
 def s3_bucket(httpfs_home):
     """A bucket on a local S3 endpoint (moto's server, in this process), with a DuckDB secret for it:
     DuckDB reaches it through httpfs as it would AWS, R2 or MinIO; only the secret's endpoint
-    differs. Yields an upload function: folder -> s3:// URL."""
+    differs. Yields the boto3 client and an upload function: folder, prefix -> s3:// URL."""
     moto_server = pytest.importorskip(
         "moto.moto_server.threaded_moto_server",
         reason="the S3 stand-in is not installed: pip install 'moto[server]'",
@@ -301,7 +302,7 @@ def s3_bucket(httpfs_home):
         return f"s3://traceforge-lake/{prefix}"
 
     try:
-        yield upload
+        yield SimpleNamespace(client=client, upload=upload)
     finally:
         server.stop()
 
@@ -311,7 +312,7 @@ def test_a_lake_in_object_storage_is_attached_analysed_and_written_back(
 ):
     local = tmp_path / "lake"
     assert export(runner, analysed_store, local).exit_code == 0
-    url = s3_bucket(local, "lake")
+    url = s3_bucket.upload(local, "lake")
     attached = tmp_path / "attached.duckdb"
     result = runner.invoke(cli, ["lake", "attach", url, "--db", str(attached), "--json"])
     assert result.exit_code == 0, result.output
@@ -391,3 +392,26 @@ def test_a_lake_over_https_is_read_by_its_file_list_and_never_written_to(
     manifest_path.write_text(json.dumps(manifest))
     result = runner.invoke(cli, ["lake", "attach", url, "--db", str(tmp_path / "old.duckdb")])
     assert result.exit_code == 1 and "Export it again" in result.output
+
+
+def test_a_store_is_exported_straight_to_object_storage(runner, analysed_store, tmp_path, s3_bucket):
+    url = "s3://traceforge-lake/direct"
+    result = export(runner, analysed_store, url, "--json")
+    assert result.exit_code == 0, result.output
+    written = json.loads(result.output)
+    listed = s3_bucket.client.list_objects_v2(Bucket="traceforge-lake", Prefix="direct/")["Contents"]
+    parquet = [o for o in listed if o["Key"].endswith(".parquet")]
+    assert written["files"] == len(parquet) and written["bytes"] == sum(o["Size"] for o in parquet)
+    attached = tmp_path / "attached.duckdb"
+    result = runner.invoke(cli, ["lake", "attach", url, "--db", str(attached)])
+    assert result.exit_code == 0, result.output
+    summary = "SELECT * FROM v_trace_summary ORDER BY trace_id"
+    assert rows(attached, summary) == rows(analysed_store, summary)
+    # a lake there is never overwritten: files in object storage are not deleted
+    result = export(runner, analysed_store, url)
+    assert result.exit_code == 1 and "already holds a traceforge lake" in result.output
+    # without its manifest (written last) it is an export that did not finish: a rerun finishes it
+    s3_bucket.client.delete_object(Bucket="traceforge-lake", Key=f"direct/{lake.MANIFEST}")
+    result = export(runner, analysed_store, url)
+    assert result.exit_code == 0, result.output
+    assert rows(attached, summary) == rows(analysed_store, summary)

@@ -75,6 +75,7 @@ PASTED_INTO_SQL = {
     ("lake.py", "pattern"): "a path quoted by lake._quote: read_parquet takes no parameter",
     ("lake.py", "_scan(url, table, info)"): "read_parquet over a path quoted by lake._quote",
     ("lake.py", "_quote(_join(out, table))"): "a COPY target, which DuckDB takes only as a literal",
+    ("lake.py", "_quote(url)"): "a COPY target (the manifest's), quoted by lake._quote",
     ("lake.py", "_quote(partition.source_format)"): "a partition value quoted by lake._quote",
     # text shown to people, not run
     ("cli/dag.py", "trace_id"): "a message suggesting a query, not executed",

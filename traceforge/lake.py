@@ -5,6 +5,7 @@ an object-store URL, and the per-trace dependency analysis run one partition at 
 >>> con = store.connect("traceforge.duckdb")                               # doctest: +SKIP
 >>> lake.export_parquet(con, "lake/").files                               # doctest: +SKIP
 37
+>>> lake.export_parquet(con, "s3://bucket/traces-lake")                   # doctest: +SKIP
 >>> lake_con = store.connect("lake.duckdb")                               # doctest: +SKIP
 >>> lake.attach_parquet(lake_con, "s3://bucket/traces-lake")              # doctest: +SKIP
 
@@ -16,7 +17,7 @@ no time), so all rows of a trace share one partition in every table:
     lake/traces/source_format=openai-chat/day=2026-03-01/data_0.parquet
     lake/tool_calls/source_format=openai-chat/day=2026-03-01/data_0.parquet
     lake/sources/data_0.parquet
-    lake/_traceforge_lake.json         what was written: tables, rows, partitions
+    lake/_traceforge_lake.json         what was written: tables, rows, files, partitions (last)
 
 A partition is therefore a unit of work for the per-trace analysis (`analyze_partition`): a worker
 reads its traces from the lake, analyses them and writes its `tool_deps`, `tool_schedule` and
@@ -93,22 +94,33 @@ class LakeExport:
 
 
 def export_parquet(con: duckdb.DuckDBPyConnection, out: str | Path) -> LakeExport:
-    """Write every table of the store behind `con` under the folder `out` (see the module doc).
+    """Write every table of the store behind `con` under `out`, a folder or an object-storage URL
+    (see the module doc).
 
-    `out` must be new, empty, or a lake traceforge wrote before (then it is replaced). Empty tables
-    get no folder. Returns the tables and rows written and the partitions.
+    A folder must be new, empty, or a lake traceforge wrote before (then it is replaced). A URL
+    must hold no lake yet: files in object storage are not deleted here. The manifest is written
+    last, so a lake without one is an export that did not finish (rerunning it there finishes it).
+    Empty tables get no folder. Returns the tables and rows written and the partitions.
     """
-    folder = Path(out)
-    _prepare_folder(folder)
+    remote = "://" in str(out)
+    if remote:
+        location = str(out).rstrip("/")
+        check_writable(location)
+        prepare_url(con, location)
+        _refuse_existing_lake(con, location)
+    else:
+        _prepare_folder(Path(out))
+        location = str(Path(out))
     present = {row[0] for row in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
-    export = LakeExport(out=str(folder))
+    export = LakeExport(out=location)
+    # In object storage, files of an export that did not finish are overwritten, not refused.
+    options = "FORMAT parquet, COMPRESSION zstd" + (", OVERWRITE_OR_IGNORE" if remote else "")
     for table in (*TRACE_TABLES, *PLAIN_TABLES):
         if table not in present:
             continue
         rows = con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
         if not rows:
             continue
-        target = _quote(str(folder / table))
         if table == "traces":
             query = f"SELECT t.*, {DAY} AS day FROM traces t"
         elif table in TRACE_TABLES:
@@ -118,12 +130,13 @@ def export_parquet(con: duckdb.DuckDBPyConnection, out: str | Path) -> LakeExpor
             )
         else:
             query = f"SELECT * FROM {table}"
-        options = "FORMAT parquet, COMPRESSION zstd"
         if table in TRACE_TABLES:
+            target = _quote(_join(location, table))
             con.execute(f"COPY ({query}) TO {target} (PARTITION_BY (source_format, day), {options})")
         else:
-            (folder / table).mkdir()
-            con.execute(f"COPY ({query}) TO {_quote(str(folder / table / 'data_0.parquet'))} ({options})")
+            if not remote:
+                Path(location, table).mkdir()
+            con.execute(f"COPY ({query}) TO {_quote(_join(location, table, 'data_0.parquet'))} ({options})")
         export.tables[table] = rows
     if "traces" in export.tables:
         export.partitions = [
@@ -132,9 +145,21 @@ def export_parquet(con: duckdb.DuckDBPyConnection, out: str | Path) -> LakeExpor
                 f"SELECT t.source_format, {DAY} AS day, count(*) FROM traces t GROUP BY ALL ORDER BY ALL"
             ).fetchall()
         ]
-    written = [p for p in folder.rglob("*.parquet") if p.is_file()]
-    export.files = len(written)
-    export.bytes = sum(p.stat().st_size for p in written)
+    # Listed through DuckDB, which lists a folder and a bucket alike; read_blob reads only sizes.
+    written = {
+        table: [
+            path
+            for (path,) in con.execute(
+                "SELECT file FROM glob(?) ORDER BY file", [_join(location, table, "**")]
+            ).fetchall()
+            if path.endswith(".parquet")
+        ]
+        for table in export.tables
+    }
+    every = [path for paths in written.values() for path in paths]
+    export.files = len(every)
+    if every:
+        export.bytes = con.execute("SELECT sum(size) FROM read_blob(?)", [every]).fetchone()[0]
     from traceforge import __version__
     from traceforge.store import SCHEMA_VERSION
 
@@ -149,18 +174,44 @@ def export_parquet(con: duckdb.DuckDBPyConnection, out: str | Path) -> LakeExpor
                 "partitioned": table in TRACE_TABLES,
                 "columns": _columns(con, table),
                 # for URLs that cannot be listed (http, https): the table's files, under its folder
-                "files": sorted(
-                    p.relative_to(folder / table).as_posix()
-                    for p in written
-                    if p.is_relative_to(folder / table)
-                ),
+                "files": [_relative(path, _join(location, table)) for path in written[table]],
             }
             for table, rows in export.tables.items()
         },
         "partitions": export.partitions,
     }
-    (folder / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    if remote:
+        _write_text(con, _join(location, MANIFEST), json.dumps(manifest))
+    else:
+        Path(location, MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     return export
+
+
+def _relative(path: str, folder: str) -> str:
+    """`path`, as DuckDB's glob under `folder` gives it, relative to `folder`."""
+    return path[len(folder) + 1 :].replace("\\", "/")
+
+
+def _refuse_existing_lake(con: duckdb.DuckDBPyConnection, url: str) -> None:
+    try:  # glob() of a plain key in object storage names it whether it is there or not: read it
+        con.execute("SELECT size FROM read_blob(?)", [_join(url, MANIFEST)]).fetchall()
+    except duckdb.Error:
+        return  # no lake there (a URL that cannot be written fails at the first table, saying why)
+    raise LakeError(
+        f"{url} already holds a traceforge lake; traceforge does not delete files in object "
+        "storage. Export to a new prefix, or remove that one first (aws s3 rm --recursive ...)."
+    )
+
+
+def _write_text(con: duckdb.DuckDBPyConnection, url: str, text: str) -> None:
+    """Write `text` (one line, no control characters: json.dumps escapes them) as the file at `url`,
+    through DuckDB, which writes to object storage: one CSV field, its delimiter and quote control
+    characters that never occur in it, so it is written as it is."""
+    con.execute(
+        f"COPY (SELECT ?::VARCHAR) TO {_quote(url)} "
+        "(FORMAT csv, HEADER false, DELIMITER '\x1f', QUOTE '\x1e', ESCAPE '\x1e')",
+        [text],
+    )
 
 
 def _prepare_folder(folder: Path) -> None:

@@ -140,7 +140,8 @@ def export(
     preference  prompt / chosen (parallel turn) / rejected (sequential)
     rl          prompt-only rows with tools and the recorded outcome
     parquet     every table as hive-partitioned Parquet (source_format/day),
-                for a data lake: see `traceforge lake` (only --db, --out, --json)
+                for a data lake: see `traceforge lake` (only --db, --out, --json);
+                --out may be an object-storage URL (s3://, gs://, az://)
 
     Redaction of secrets and personal data is on unless --no-redact is given.
     Each export is a config of the --out folder; several can share it.
@@ -151,6 +152,7 @@ def export(
       traceforge export parallel --out data/ --license apache-2.0
       traceforge export sft --format openai --max-tokens 32000
       traceforge export preference --out data/ --push-to-hub my-org/agent-prefs
+      traceforge export parquet --out s3://bucket/traces-lake
     """
     if kind == LAKE_KIND:
         from traceforge.cli.lake import export_parquet_command
