@@ -415,3 +415,8 @@ def test_a_store_is_exported_straight_to_object_storage(runner, analysed_store, 
     result = export(runner, analysed_store, url)
     assert result.exit_code == 0, result.output
     assert rows(attached, summary) == rows(analysed_store, summary)
+    # a bucket that is not there: the reason, no traceback
+    result = export(runner, analysed_store, "s3://traceforge-no-such-bucket/lake")
+    assert (
+        result.exit_code == 1 and "writing the lake to s3://traceforge-no-such-bucket/lake" in result.output
+    )

@@ -111,6 +111,15 @@ def export_parquet(con: duckdb.DuckDBPyConnection, out: str | Path) -> LakeExpor
     else:
         _prepare_folder(Path(out))
         location = str(Path(out))
+    try:
+        export = _write_lake(con, location, remote)
+    except duckdb.IOException as exc:  # object storage refused (no such bucket, no access)
+        raise LakeError(f"writing the lake to {location} failed: {exc}") from exc
+    return export
+
+
+def _write_lake(con: duckdb.DuckDBPyConnection, location: str, remote: bool) -> LakeExport:
+    """`export_parquet`'s writing, once `location` is ready for it."""
     present = {row[0] for row in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
     export = LakeExport(out=location)
     # In object storage, files of an export that did not finish are overwritten, not refused.
@@ -145,21 +154,9 @@ def export_parquet(con: duckdb.DuckDBPyConnection, out: str | Path) -> LakeExpor
                 f"SELECT t.source_format, {DAY} AS day, count(*) FROM traces t GROUP BY ALL ORDER BY ALL"
             ).fetchall()
         ]
-    # Listed through DuckDB, which lists a folder and a bucket alike; read_blob reads only sizes.
-    written = {
-        table: [
-            path
-            for (path,) in con.execute(
-                "SELECT file FROM glob(?) ORDER BY file", [_join(location, table, "**")]
-            ).fetchall()
-            if path.endswith(".parquet")
-        ]
-        for table in export.tables
-    }
-    every = [path for paths in written.values() for path in paths]
-    export.files = len(every)
-    if every:
-        export.bytes = con.execute("SELECT sum(size) FROM read_blob(?)", [every]).fetchone()[0]
+    written = {table: _files(con, _join(location, table), remote) for table in export.tables}
+    export.files = sum(len(files) for files in written.values())
+    export.bytes = sum(size for files in written.values() for size in files.values())
     from traceforge import __version__
     from traceforge.store import SCHEMA_VERSION
 
@@ -174,7 +171,7 @@ def export_parquet(con: duckdb.DuckDBPyConnection, out: str | Path) -> LakeExpor
                 "partitioned": table in TRACE_TABLES,
                 "columns": _columns(con, table),
                 # for URLs that cannot be listed (http, https): the table's files, under its folder
-                "files": [_relative(path, _join(location, table)) for path in written[table]],
+                "files": list(written[table]),
             }
             for table, rows in export.tables.items()
         },
@@ -187,9 +184,17 @@ def export_parquet(con: duckdb.DuckDBPyConnection, out: str | Path) -> LakeExpor
     return export
 
 
-def _relative(path: str, folder: str) -> str:
-    """`path`, as DuckDB's glob under `folder` gives it, relative to `folder`."""
-    return path[len(folder) + 1 :].replace("\\", "/")
+def _files(con: duckdb.DuckDBPyConnection, folder: str, remote: bool) -> dict[str, int]:
+    """The Parquet files under `folder` (relative, with forward slashes, sorted) and their sizes: a
+    bucket listed through DuckDB (read_blob reads only the sizes), a local folder by Python (whose
+    name may hold glob characters)."""
+    if not remote:
+        paths = sorted(Path(folder).rglob("*.parquet"))
+        return {p.relative_to(folder).as_posix(): p.stat().st_size for p in paths if p.is_file()}
+    rows = con.execute(
+        "SELECT filename, size FROM read_blob(?) ORDER BY filename", [_join(folder, "**", "*.parquet")]
+    ).fetchall()
+    return {name[len(folder) + 1 :]: size for name, size in rows}
 
 
 def _refuse_existing_lake(con: duckdb.DuckDBPyConnection, url: str) -> None:
