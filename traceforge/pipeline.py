@@ -26,7 +26,7 @@ from typing import Any
 import duckdb
 
 from traceforge import __version__
-from traceforge.analysis.dag import analyze_dependencies, dag_by_workload, trace_schedule
+from traceforge.analysis.dag import SUMMARY_TOP, analyze_dependencies, dag_by_workload, trace_schedule
 from traceforge.analysis.effects import DepsConfig
 from traceforge.analysis.summary import summarize
 from traceforge.export.profile import Profile, build_profile, write_profile
@@ -104,7 +104,8 @@ def assemble_summary(
     parallel["mode"] = mode
     # The dependency analysis ran before the profile assigned this run's workloads: regrouped here,
     # the savings per workload are under the same names as spend and the profile.
-    parallel["by_workload"] = dag_by_workload(con)
+    savings = dag_by_workload(con, top=None)
+    parallel["by_workload"] = savings[:SUMMARY_TOP]
     parallel["top_traces"] = _records(
         con,
         """
@@ -145,9 +146,7 @@ def assemble_summary(
         },
         "parallel": parallel,
         "inference": inference,
-        "recommendations": recommend(
-            spend["workloads"], dag_by_workload(con, top=None), inference, _successes(con)
-        ),
+        "recommendations": recommend(spend["workloads"], savings, inference, _successes(con)),
     }
 
 

@@ -477,7 +477,10 @@ _DAG_SCHEMA = {
 }
 
 
-def summarize_dependencies(con: duckdb.DuckDBPyConnection, top: int = 10) -> dict[str, Any]:
+SUMMARY_TOP = 10  # workloads, tool pairs and traces a summary lists
+
+
+def summarize_dependencies(con: duckdb.DuckDBPyConnection, top: int = SUMMARY_TOP) -> dict[str, Any]:
     """Totals of the stored analysis, the workloads and tool pairs that waste most turns, and the
     traces with most turns to save."""
     row = con.execute(
@@ -534,7 +537,7 @@ def summarize_dependencies(con: duckdb.DuckDBPyConnection, top: int = 10) -> dic
     return summary
 
 
-def dag_by_workload(con: duckdb.DuckDBPyConnection, top: int | None = 10) -> list[dict[str, Any]]:
+def dag_by_workload(con: duckdb.DuckDBPyConnection, top: int | None = SUMMARY_TOP) -> list[dict[str, Any]]:
     """`v_dag_by_workload`: turns and time a parallel-calling model would save per workload (under
     the workload key of the last profile), most turns saved first; the `top` ones, or all."""
     return _records(con, "SELECT * FROM v_dag_by_workload LIMIT ?", [top])  # LIMIT NULL: all
