@@ -102,7 +102,7 @@ def export_parquet(con: duckdb.DuckDBPyConnection, out: str | Path) -> LakeExpor
     last, so a lake without one is an export that did not finish (rerunning it there finishes it).
     Empty tables get no folder. Returns the tables and rows written and the partitions.
     """
-    remote = "://" in str(out)
+    remote = bool(_scheme(str(out)))
     if remote:
         location = str(out).rstrip("/")
         check_writable(location)
@@ -260,10 +260,15 @@ def _join(url: str, *parts: str) -> str:
     return "/".join([url.rstrip("/"), *parts])
 
 
+def _scheme(url: str) -> str:
+    """A URL's scheme, lower-cased ("s3", "https"); "" for a path."""
+    return url.split("://", 1)[0].lower() if "://" in url else ""
+
+
 def prepare_url(con: duckdb.DuckDBPyConnection, url: str) -> None:
     """Load the extension a remote URL needs (httpfs for s3/gs/http(s), azure for az); raises
     LakeError saying how to install it when it cannot be loaded."""
-    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    scheme = _scheme(url)
     extension = REMOTE_SCHEMES.get(scheme)
     if scheme and extension is None and scheme != "file":
         raise LakeError(
@@ -324,8 +329,7 @@ def _scan(url: str, table: str, info: dict[str, Any]) -> str:
 
 def _listable(url: str) -> bool:
     """Whether DuckDB can list the files under `url`: a path or object storage, not plain http(s)."""
-    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-    return scheme not in ("http", "https")
+    return _scheme(url) not in ("http", "https")
 
 
 def check_writable(url: str) -> None:
@@ -475,7 +479,7 @@ def write_partition_results(
     con = duckdb.connect()
     try:
         prepare_url(con, out)
-        if "://" not in out:
+        if not _scheme(out):
             Path(out).mkdir(parents=True, exist_ok=True)
         written = {}
         for table, frame in frames.items():
