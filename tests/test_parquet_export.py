@@ -380,9 +380,7 @@ def http_site(tmp_path, httpfs_home):
         server.server_close()
 
 
-def test_a_lake_over_https_is_read_by_its_file_list_and_never_written_to(
-    runner, analysed_store, tmp_path, http_site
-):
+def test_a_lake_over_https_is_read_by_its_file_list(runner, analysed_store, tmp_path, http_site):
     site, base = http_site
     assert export(runner, analysed_store, site / "lake").exit_code == 0
     url = f"{base}/lake"
