@@ -119,6 +119,8 @@ _UNSATISFYING = re.compile(
 _TOKEN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./@")
 _SEPARATORS = str.maketrans({chr(c): " " for c in range(128) if chr(c) not in _TOKEN_CHARS})
 _EDGE_PUNCTUATION = "-./@"
+# Every ASCII character but digits and the dot to a space: the runs left hold every decimal token.
+_NOT_DECIMAL = str.maketrans({chr(c): " " for c in range(128) if chr(c) not in "0123456789."})
 _strip_edges = operator.methodcaller("strip", _EDGE_PUNCTUATION)  # mapped in C, not a Python loop
 
 
@@ -166,7 +168,10 @@ def token_set(text: str) -> set[str]:
         found -= ragged
         found.update(w for w in (r.strip(_EDGE_PUNCTUATION) for r in ragged) if w)
     if _HAS_DECIMAL.search(folded):
-        decimals = found.intersection(_DECIMAL.findall(folded))
+        # The runs of digits and dots, dots stripped, that are tokens: a superset of the decimal
+        # tokens (canonical leaves the others as they are), 4x cheaper than a regex over the text.
+        runs = folded.translate(_NOT_DECIMAL).split()
+        decimals = found.intersection(r.strip(".") for r in runs if "." in r)
         found -= decimals
         found.update(map(canonical, decimals))
     return found
