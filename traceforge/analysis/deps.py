@@ -733,7 +733,7 @@ class _Index:
 
         Set operations keep the per-token work in C: a trace's results hold most of its tokens."""
         first = self.first
-        fresh = set(words).difference(first)
+        fresh = (words if isinstance(words, set) else set(words)).difference(first)
         first.update(dict.fromkeys(fresh, event))
         if self.anchors and not self.anchors.isdisjoint(words):
             self.texts[event] = " " + " ".join(words) + " " if isinstance(words, list) else (words, text)
