@@ -850,7 +850,7 @@ def infer(trace: TraceInput, config: DepsConfig | None = None) -> Inference:
     informative: set[int] = set()
     quotes: dict[int, dict[int, str]] = {}  # message seq -> {result's call: a specific token quoted}
     arguments = [_Arguments.of(call.arguments) for call in calls]
-    argument_words = [tokens(a.text) for a in arguments]
+    argument_words = [a.tokens for a in arguments]
     turn_words: dict[int | None, set[str]] = {}  # message seq -> tokens of all its calls' arguments
     for call in calls:
         used = turn_words.setdefault(call.message_seq, set())
@@ -934,15 +934,17 @@ def _record_result(call: Call, new_values: int, state: _Segment, informative: se
 
 @dataclass(frozen=True)
 class _Arguments:
-    """A call's arguments as text and as significant words, computed once per call."""
+    """A call's arguments as text, its tokens and its significant words, computed once per call."""
 
     text: str
+    tokens: list[str]
     words: frozenset[str]
 
     @classmethod
     def of(cls, arguments: Any) -> _Arguments:
         text = _leaf_text(arguments)
-        return cls(text, frozenset(w for w in tokens(text) if token_confidence(w)))
+        found = tokens(text)
+        return cls(text, found, frozenset(w for w in found if token_confidence(w)))
 
 
 def _similar(first: _Arguments, second: _Arguments) -> bool:
