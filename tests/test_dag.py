@@ -301,6 +301,27 @@ def test_deps_verb_analyses_the_store(runner, analysed_db, tmp_path):
     assert result.exit_code == 1 and f"{bad}: tools.get_weather: effect must be one of" in result.output
 
 
+def test_the_traces_to_look_at_are_those_with_turns_to_save_most_first(runner, tmp_path):
+    db = tmp_path / "top.duckdb"
+    con = store.connect(db)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    load(
+        con,
+        folder,
+        weather_trace("three", ["Oslo", "Lima", "Quito"]),
+        weather_trace("two", ["Rome", "Pune"]),
+        weather_trace("one", ["Bern"]),
+    )
+    con.close()
+    data = json.loads(runner.invoke(cli, ["deps", "--db", str(db), "--json"]).output)
+    assert [(t["trace_id"], t["turns_saved"]) for t in data["top_traces"]] == [("three", 2), ("two", 1)]
+    shown = runner.invoke(cli, ["deps", "--db", str(db)]).output
+    assert "see one: traceforge dag three" in shown
+    listed = shown.split("traces with most turns to save", 1)[1]
+    assert "three" in listed and "two" in listed and "one " not in listed
+
+
 # --- ground truth --------------------------------------------------------------------------------
 
 

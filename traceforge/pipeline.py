@@ -26,7 +26,13 @@ from typing import Any
 import duckdb
 
 from traceforge import __version__
-from traceforge.analysis.dag import SUMMARY_TOP, analyze_dependencies, dag_by_workload, trace_schedule
+from traceforge.analysis.dag import (
+    SUMMARY_TOP,
+    analyze_dependencies,
+    dag_by_workload,
+    top_traces,
+    trace_schedule,
+)
 from traceforge.analysis.effects import DepsConfig
 from traceforge.analysis.summary import summarize
 from traceforge.export.profile import Profile, build_profile, write_profile
@@ -36,6 +42,7 @@ from traceforge.report.dag_view import schedule_json
 SUMMARY_SCHEMA = "traceforge.summary"
 SUMMARY_VERSION = 1
 DAG_DRAWINGS = 3  # traces whose observed and parallel schedules the HTML report draws
+TOP_TRACES = 20  # traces with most turns to save that summary.json lists
 # A workload needs this many successful traces before SFT on it is worth recommending.
 MIN_TRACES_FOR_SFT = 50
 
@@ -106,25 +113,13 @@ def assemble_summary(
     # the savings per workload are under the same names as spend and the profile.
     savings = dag_by_workload(con, top=None)
     parallel["by_workload"] = savings[:SUMMARY_TOP]
-    parallel["top_traces"] = _records(
-        con,
-        """
-        SELECT d.trace_id, coalesce(w.workload, t.workload) AS workload, d.tool_calls,
-               d.observed_turns, d.min_turns, d.turns_saved, d.observed_ms, d.parallel_ms,
-               d.tokens_saved, d.timing
-        FROM trace_dag d JOIN traces t USING (trace_id)
-        LEFT JOIN trace_workloads w USING (trace_id)
-        WHERE d.turns_saved > 0
-        ORDER BY d.turns_saved DESC, d.tokens_saved DESC, d.trace_id
-        LIMIT 20
-        """,
-    )
-    parallel["turns_saved_per_trace"] = _records(
-        con,
-        """
-        SELECT turns_saved, count(*) AS traces FROM trace_dag GROUP BY 1 ORDER BY 1
-        """,
-    )
+    parallel["top_traces"] = top_traces(con, TOP_TRACES)
+    parallel["turns_saved_per_trace"] = [
+        {"turns_saved": saved, "traces": traces}
+        for saved, traces in con.execute(
+            "SELECT turns_saved, count(*) FROM trace_dag GROUP BY 1 ORDER BY 1"
+        ).fetchall()
+    ]
     inference = [_inference_row(w) for w in document["workloads"]]
     return {
         "schema": SUMMARY_SCHEMA,
@@ -276,9 +271,3 @@ def dag_drawings(
         if schedule is not None:
             drawings.append(schedule_json(schedule))
     return drawings
-
-
-def _records(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, Any]]:
-    cursor = con.execute(sql)
-    columns = [d[0] for d in cursor.description]
-    return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]

@@ -526,14 +526,7 @@ def summarize_dependencies(con: duckdb.DuckDBPyConnection, top: int = SUMMARY_TO
         f"""SELECT * FROM v_dag_tool_pairs WHERE independent_pairs > 0
             ORDER BY independent_pairs DESC, first_tool, then_tool LIMIT {int(top)}""",
     )
-    summary["top_traces"] = _records(
-        con,
-        f"""SELECT d.trace_id, coalesce(w.workload, t.workload) AS workload, d.tool_calls,
-                   d.observed_turns, d.min_turns, d.turns_saved, d.observed_ms, d.parallel_ms,
-                   d.tokens_saved
-            FROM trace_dag d JOIN traces t USING (trace_id) LEFT JOIN trace_workloads w USING (trace_id)
-            ORDER BY d.turns_saved DESC, d.tool_calls DESC, d.trace_id LIMIT {int(top)}""",
-    )
+    summary["top_traces"] = top_traces(con, top)
     return summary
 
 
@@ -541,6 +534,23 @@ def dag_by_workload(con: duckdb.DuckDBPyConnection, top: int | None = SUMMARY_TO
     """`v_dag_by_workload`: turns and time a parallel-calling model would save per workload (under
     the workload key of the last profile), most turns saved first; the `top` ones, or all."""
     return _records(con, "SELECT * FROM v_dag_by_workload LIMIT ?", [top])  # LIMIT NULL: all
+
+
+def top_traces(con: duckdb.DuckDBPyConnection, top: int | None = SUMMARY_TOP) -> list[dict[str, Any]]:
+    """The traces where a parallel-calling model would save most turns, then most re-sent tokens,
+    under the workload key of the last profile; the `top` ones, or all. Traces with nothing to save
+    are left out."""
+    return _records(
+        con,
+        """SELECT d.trace_id, coalesce(w.workload, t.workload) AS workload, d.tool_calls,
+                  d.observed_turns, d.min_turns, d.turns_saved, d.observed_ms, d.parallel_ms,
+                  d.tokens_saved, d.timing
+           FROM trace_dag d JOIN traces t USING (trace_id) LEFT JOIN trace_workloads w USING (trace_id)
+           WHERE d.turns_saved > 0
+           ORDER BY d.turns_saved DESC, d.tokens_saved DESC, d.trace_id
+           LIMIT ?""",
+        [top],
+    )
 
 
 def _records(

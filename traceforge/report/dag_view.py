@@ -301,7 +301,7 @@ def render_summary(console: Console, summary: dict[str, Any]) -> None:
                 str(row["traces"]),
             )
         console.print(table)
-    top = [t for t in summary["top_traces"] if t["turns_saved"]]
+    top = summary["top_traces"]
     if top:
         table = Table(title="traces with most turns to save", box=box.SIMPLE_HEAD, title_justify="left")
         for column in ("trace", "workload", "calls", "turns", "min", "saved"):
