@@ -1,8 +1,8 @@
 """The performance benchmark: ingest against DuckDB's own JSON reader and a plain Python loader,
 full analyses at scale, peak memory, and the growth curve, all measured in one run.
 
-    python benchmarks/run.py --quick          # under two minutes
-    python benchmarks/run.py                  # the full run (1M tool calls; about an hour on 2 cores)
+    python benchmarks/run.py --quick          # under a minute
+    python benchmarks/run.py                  # the full run (1M tool calls; about 15 minutes on 2 cores)
     python benchmarks/run.py --json out.json  # also write every measurement as JSON
 
 Every measurement runs in a child process of its own (`run.py --task ...`): the child reports its
@@ -442,7 +442,7 @@ def run(mode: str, json_path: str | None, workers: int | None) -> dict[str, Any]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small corpora: under two minutes")
+    parser.add_argument("--quick", action="store_true", help="small corpora: under a minute")
     parser.add_argument("--json", help="also write every measurement to this JSON file")
     parser.add_argument("--workers", type=int, help="parsing workers (default: one per CPU)")
     parser.add_argument("--task", choices=("read_json", "plain", "ingest", "analyze"), help=argparse.SUPPRESS)
