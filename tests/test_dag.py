@@ -232,21 +232,22 @@ def test_views_by_workload_and_tool_pair(con, tmp_path):
 # --- the verbs -----------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def analysed_db(tmp_path):
+def store_of(tmp_path: Path, *records: dict) -> Path:
+    """A store file holding `records` (transcripts), ingested."""
     db = tmp_path / "cli.duckdb"
     con = store.connect(db)
     folder = tmp_path / "in"
     folder.mkdir()
-    load(
-        con,
-        folder,
-        weather_trace("wx-1", ["Oslo", "Lima", "Quito"]),
-        chain_trace("dx-1"),
-        chain_trace("dx-2"),
-    )
+    load(con, folder, *records)
     con.close()
     return db
+
+
+@pytest.fixture
+def analysed_db(tmp_path):
+    return store_of(
+        tmp_path, weather_trace("wx-1", ["Oslo", "Lima", "Quito"]), chain_trace("dx-1"), chain_trace("dx-2")
+    )
 
 
 def test_dag_text_shows_both_schedules(runner, analysed_db):
@@ -302,18 +303,12 @@ def test_deps_verb_analyses_the_store(runner, analysed_db, tmp_path):
 
 
 def test_the_traces_to_look_at_are_those_with_turns_to_save_most_first(runner, tmp_path):
-    db = tmp_path / "top.duckdb"
-    con = store.connect(db)
-    folder = tmp_path / "in"
-    folder.mkdir()
-    load(
-        con,
-        folder,
+    db = store_of(
+        tmp_path,
         weather_trace("three", ["Oslo", "Lima", "Quito"]),
         weather_trace("two", ["Rome", "Pune"]),
         weather_trace("one", ["Bern"]),
     )
-    con.close()
     data = json.loads(runner.invoke(cli, ["deps", "--db", str(db), "--json"]).output)
     assert [(t["trace_id"], t["turns_saved"]) for t in data["top_traces"]] == [("three", 2), ("two", 1)]
     shown = runner.invoke(cli, ["deps", "--db", str(db)]).output
