@@ -523,8 +523,9 @@ def summarize_dependencies(con: duckdb.DuckDBPyConnection, top: int = SUMMARY_TO
     summary["by_workload"] = dag_by_workload(con, top)
     summary["tool_pairs"] = _records(
         con,
-        f"""SELECT * FROM v_dag_tool_pairs WHERE independent_pairs > 0
-            ORDER BY independent_pairs DESC, first_tool, then_tool LIMIT {int(top)}""",
+        """SELECT * FROM v_dag_tool_pairs WHERE independent_pairs > 0
+           ORDER BY independent_pairs DESC, first_tool, then_tool LIMIT ?""",
+        [top],
     )
     summary["top_traces"] = top_traces(con, top)
     return summary
