@@ -102,6 +102,27 @@ def test_json_prints_summary_json_and_a_rerun_reuses_the_store(analysed, runner,
         assert printed[key] == first[key], key
 
 
+def test_summary_lists_the_traces_to_look_at_as_deps_does_up_to_its_cap(
+    analysed, runner, tmp_path, monkeypatch
+):
+    """summary.json's traces with most turns to save are `traceforge deps`'s list, cut at
+    `TOP_TRACES`."""
+    from traceforge import pipeline
+
+    db, _, _ = analysed
+    copy = tmp_path / "store.duckdb"
+    shutil.copy(db, copy)
+    monkeypatch.setattr(pipeline, "TOP_TRACES", 3)
+    result = runner.invoke(
+        cli, ["analyze", str(SAMPLE_TRACES), "--db", str(copy), "--out", str(tmp_path / "o"), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    listed = [t["trace_id"] for t in json.loads(result.stdout)["parallel"]["top_traces"]]
+    deps = json.loads(runner.invoke(cli, ["deps", "--db", str(copy), "--json"]).stdout)
+    ranked = [t["trace_id"] for t in deps["top_traces"]]
+    assert len(ranked) > 3 and listed == ranked[:3]
+
+
 def test_report_html_in_a_real_browser(analysed, chromium, artifacts):
     from browser import Browser
 

@@ -307,10 +307,18 @@ def test_the_traces_to_look_at_are_those_with_turns_to_save_most_first(runner, t
         tmp_path,
         weather_trace("three", ["Oslo", "Lima", "Quito"]),
         weather_trace("two", ["Rome", "Pune"]),
+        # as many turns to save as "two", but a long first result that every later request re-sends
+        transcript(
+            "two-long",
+            "Weather in Kyiv, Accra?",
+            turn(call("two-long-k", "get_weather", {"city": "Kyiv"}, {"forecast": "cold and grey " * 200})),
+            turn(call("two-long-a", "get_weather", {"city": "Accra"}, {"temp": 31})),
+        ),
         weather_trace("one", ["Bern"]),
     )
     data = json.loads(runner.invoke(cli, ["deps", "--db", str(db), "--json"]).output)
-    assert [(t["trace_id"], t["turns_saved"]) for t in data["top_traces"]] == [("three", 2), ("two", 1)]
+    ranked = [(t["trace_id"], t["turns_saved"]) for t in data["top_traces"]]
+    assert ranked == [("three", 2), ("two-long", 1), ("two", 1)]  # ties: most re-sent tokens saved first
     shown = runner.invoke(cli, ["deps", "--db", str(db)]).output
     assert "see one: traceforge dag three" in shown
     listed = shown.split("traces with most turns to save", 1)[1]
