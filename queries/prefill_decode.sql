@@ -1,6 +1,9 @@
 -- How prefill-heavy is each workload and model? Uncached input must be prefilled; cached input is
--- served from the prompt cache; output is decoded. Only calls whose source reported usage count.
+-- served from the prompt cache; output is decoded. Only calls whose source reported usage count, as
+-- reported: `output_partial_calls` logged only a lower bound of their output (Claude Code), so their
+-- output is undercounted here; the `inference_profile` table counts their estimate.
 SELECT t.workload, c.model, count(*) AS calls,
+       count(*) FILTER (WHERE c.output_tokens_partial) AS output_partial_calls,
        sum(c.input_tokens - coalesce(c.cache_read_tokens, 0)) AS uncached_input,
        sum(c.cache_read_tokens) AS cached_input,
        sum(c.output_tokens) AS output,

@@ -15,9 +15,11 @@ from pathlib import Path
 import pytest
 
 from traceforge import store
+from traceforge.analysis.prefix_cache import estimate_tokens
 from traceforge.cli import cli
 from traceforge.ingest import anthropic_messages, claude_code, openai_chat
 from traceforge.ingest.sources import Record
+from traceforge.pricing import load_prices
 
 FIXTURES = Path(__file__).parent / "fixtures" / "claude_code"
 SESSION = "4d5611e5-241a-462a-8d15-5122611a9569"
@@ -148,6 +150,47 @@ def test_real_session_is_one_trace_across_its_compaction(shared_data, runner, db
     [(content,)] = query(db_path, "SELECT content FROM messages WHERE seq = ?", [seq])
     summary = next(line for line in lines if line.get("isCompactSummary"))
     assert content == summary["message"]["content"]
+
+
+def test_real_calls_without_their_final_usage_are_flagged_and_their_output_estimated(
+    shared_data, runner, db_path
+):
+    ingest(runner, db_path, shared_data / "claude-code")
+    # Which messages have only their opening usage, read from the raw lines: no line of the
+    # message has a stop_reason or the `iterations` Claude Code writes with the final counts.
+    by_message: dict[str, list[dict]] = {}
+    for path in real_files(shared_data):
+        for line in raw_lines(path):
+            if line["type"] == "assistant" and line["message"].get("model") != "<synthetic>":
+                by_message.setdefault(line["message"]["id"], []).append(line["message"])
+    expected = {
+        key
+        for key, parts in by_message.items()
+        if not any(m.get("stop_reason") or "iterations" in m["usage"] for m in parts)
+    }
+    flagged = {row[0] for row in query(db_path, "SELECT call_id FROM llm_calls WHERE output_tokens_partial")}
+    assert flagged == expected
+    assert len(expected) > len(by_message) / 2, "most calls of the real session are partial"
+    # The output estimate, fitted on one half of the calls with their whole output, comes within
+    # 15% of the other half's reported total (character counts are proportional to the estimates:
+    # the held-out estimate is the half's estimates rescaled by the other half's fit).
+    con = store.connect(db_path)
+    try:
+        con.register("_estimates", estimate_tokens(con))
+        whole = con.execute(
+            """SELECT e.output_tokens, c.output_tokens FROM llm_calls c JOIN _estimates e USING (call_id)
+               WHERE NOT c.output_tokens_partial AND c.model = 'claude-opus-4-6' ORDER BY call_id"""
+        ).fetchall()
+    finally:
+        con.close()
+    # Fitted on all of them, the estimates add up to what they reported (the input's characters
+    # per token, 4.3 here against 2.9 for output, would make it two thirds).
+    assert sum(e for e, _ in whole) == pytest.approx(sum(t for _, t in whole), rel=0.01)
+    halves = whole[::2], whole[1::2]
+    for fit, held_out in (halves, halves[::-1]):
+        scale = sum(t for _, t in fit) / sum(e for e, _ in fit)
+        ratio = sum(e for e, _ in held_out) * scale / sum(t for _, t in held_out)
+        assert 0.85 < ratio < 1.15, ratio
 
 
 def test_real_llm_call_times_and_tool_durations_come_from_line_timestamps(shared_data, runner, db_path):
@@ -286,6 +329,77 @@ def test_split_message_is_one_call_with_usage_once_and_parallel_tools(runner, db
         "assistant-synthetic": 1,
     }
     assert ingested == 9
+
+
+def opening_usage_only(lines: list[dict]) -> list[dict]:
+    """The lines with msg_A's final usage replaced by the usage its stream opened with, as Claude
+    Code leaves it for most calls of the real session (no stop_reason, no `iterations`)."""
+    opening = next(line for line in lines if line.get("uuid") == "a-1")["message"]["usage"]
+    for line in lines:
+        if line.get("uuid") == "a-4":
+            line["message"]["usage"] = dict(opening)
+    return lines
+
+
+def analyzed(runner, tmp_path: Path, lines: list[dict], name: str) -> dict:
+    """`traceforge analyze` of `lines` written as one session file: its text output, the stored
+    calls, the replay's requests, the profile and the workload row."""
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "session.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    db, out = tmp_path / f"{name}.duckdb", tmp_path / f"{name}-out"
+    result = runner.invoke(cli, ["analyze", str(folder), "--db", str(db), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    con = store.connect(db)
+    try:
+        calls = con.execute(
+            "SELECT call_id, output_tokens, output_tokens_partial FROM llm_calls ORDER BY seq"
+        ).fetchall()
+        [workload] = con.execute(
+            "SELECT output_tokens, calls_output_partial, cost_priced_usd, cost_estimated_usd FROM workloads"
+        ).fetchall()
+        [demand] = con.execute("SELECT output_tokens, calls_estimated FROM inference_profile").fetchall()
+    finally:
+        con.close()
+    replay = [json.loads(text) for text in (out / "replay.jsonl").read_text().splitlines()]
+    profile = json.loads((out / "profile.json").read_text())
+    return {
+        "output": result.output,
+        "calls": calls,
+        "replay": replay,
+        "profile": profile,
+        "workload": workload,
+        "demand": demand,
+    }
+
+
+def test_a_call_logged_with_only_its_opening_usage_has_its_output_estimated(runner, tmp_path):
+    session = FIXTURES / "parallel_session.jsonl"
+    whole = analyzed(runner, tmp_path, raw_lines(session), "whole")
+    cut = analyzed(runner, tmp_path, opening_usage_only(raw_lines(session)), "cut")
+    # As logged: msg_A's final usage (120 output tokens) is there in one file and not in the other.
+    assert whole["calls"] == [("msg_A", 120, False), ("msg_B", 41, False)]
+    assert cut["calls"] == [("msg_A", 2, True), ("msg_B", 41, False)]
+    assert "1 LLM calls logged only a lower bound" in cut["output"]
+    assert "lower bound" not in whole["output"]
+    # The replay decodes msg_A's estimate, not the 2 tokens logged; msg_B keeps its reported 41.
+    assert [r["output_length"] for r in whole["replay"]] == [120, 41]
+    estimate, reported_b = (r["output_length"] for r in cut["replay"])
+    assert reported_b == 41 and estimate > 2
+    # The output ratio is fitted on msg_B alone (msg_A's count is partial) and estimates msg_A.
+    fit = cut["profile"]["estimation"]["chars_per_token"]["claude-opus-4-6"]
+    assert (fit["output_method"], fit["output_calibrated_on_calls"]) == ("ratio", 1)
+    assert cut["profile"]["estimation"]["counts"]["output_estimated"] == 1
+    # Decode demand counts the estimate and says one call was estimated.
+    assert whole["demand"] == (161, 0)
+    assert cut["demand"] == (41 + estimate, 1)
+    # Spend: the reported tokens priced as before, the estimated extra output apart.
+    price = load_prices().lookup("claude-opus-4-6")
+    tokens, partial, priced, estimated = cut["workload"]
+    assert (tokens, partial) == (43, 1)  # the table keeps the reported counts
+    assert priced == pytest.approx(whole["workload"][2] - (120 - 2) * price.output / 1e6)
+    assert estimated == pytest.approx((estimate - 2) * price.output / 1e6)
+    assert whole["workload"][1:] == (0, whole["workload"][2], 0.0)
 
 
 def test_rewound_conversation_keeps_the_last_branch_and_the_abandoned_one_as_a_child(runner, db_path):

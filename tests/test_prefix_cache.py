@@ -154,6 +154,20 @@ def test_calibration_fits_overhead_and_ratio_and_falls_back_when_implausible():
     assert fit.chars_per_token["never-reported"] == 4.0
 
 
+def test_output_is_fitted_on_output_and_falls_back_to_the_input_ratio():
+    points = {model: {"a": [(3000, 1000), (6000, 2000)]} for model in ("m", "n", "o")}
+    output = {
+        "m": [(500, 200), (1500, 600)],  # 2.5 characters per output token against 3 for input
+        "n": [(100, 1000)],  # 0.1: the output is mostly hidden from the log, the ratio says nothing
+    }
+    fit = fit_calibration(points, ["m", "n", "o"], output)
+    assert fit.output_chars_per_token["m"] == pytest.approx(2.5)
+    assert fit.output_tokens("m", 1000) == 400
+    assert fit.output_method == {"m": "ratio", "n": "input", "o": "input"}
+    assert fit.output_chars_per_token["n"] == fit.output_chars_per_token["o"] == pytest.approx(3.0)
+    assert [fit.report()[m]["output_calibrated_on_calls"] for m in ("m", "n", "o")] == [2, 1, 0]
+
+
 LONG_PROMPT = "You are a travel agent. Always check the weather before advising. " * 120  # ~8k chars
 
 

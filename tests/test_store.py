@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import duckdb
 import pytest
 
 from traceforge import store
+from traceforge.cli import cli
 from traceforge.cli.sql import shell_binary
 
 CONTRACT = {
@@ -119,6 +121,27 @@ def test_older_store_upgrades_in_place_keeping_its_rows(db_path):
     con = store.connect(db_path)
     assert store.applied_migrations(con) == sorted(m.version for m in store.MIGRATIONS)
     assert con.execute("SELECT trace_id, llm_calls FROM v_trace_summary").fetchall() == [("t1", 0)]
+    con.close()
+
+
+def test_store_written_before_partial_output_counts_upgrades_and_profiles(db_path, tmp_path, runner):
+    session = Path(__file__).parent / "fixtures" / "claude_code" / "parallel_session.jsonl"
+    assert runner.invoke(cli, ["ingest", str(session), "--db", str(db_path)]).exit_code == 0
+    con = store.connect(db_path)  # back to the store as migration 6 left it, rows and all
+    con.execute("ALTER TABLE llm_calls DROP COLUMN output_tokens_partial")
+    con.execute("ALTER TABLE workloads DROP COLUMN calls_output_partial")
+    con.execute("DELETE FROM schema_migrations WHERE version = 7")
+    con.close()
+
+    result = runner.invoke(cli, ["profile", "--db", str(db_path), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    con = store.connect(db_path, read_only=True)
+    # Rows ingested before the flag existed have it unknown, and are counted as the source gave them.
+    calls = con.execute("SELECT output_tokens, output_tokens_partial FROM llm_calls ORDER BY seq")
+    assert calls.fetchall() == [(120, None), (41, None)]
+    demand = con.execute("SELECT output_tokens, calls_estimated FROM inference_profile")
+    assert demand.fetchall() == [(161, 0)]
+    assert con.execute("SELECT calls_output_partial FROM workloads").fetchall() == [(0,)]
     con.close()
 
 

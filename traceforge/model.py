@@ -43,6 +43,7 @@ class LlmCall:
     output_tokens: int | None = None
     reasoning_tokens: int | None = None
     usage_reported: bool = False
+    output_tokens_partial: bool = False  # output_tokens is a lower bound (only the opening usage logged)
     cost_usd: float | None = None
     finish_reason: str | None = None
     source_line: int | None = None

@@ -373,6 +373,17 @@ MIGRATIONS: list[Migration] = [
         ORDER BY turns_saved DESC, workload;
         """,
     ),
+    Migration(
+        7,
+        "output tokens logged only as a lower bound",
+        """
+        -- True where the source logged only the usage a streamed response opened with (Claude Code
+        -- sessions): input and cache counts are complete, output_tokens is a lower bound, and
+        -- spend and the profile estimate the output from the response text instead.
+        ALTER TABLE llm_calls ADD COLUMN output_tokens_partial BOOLEAN;
+        ALTER TABLE workloads ADD COLUMN calls_output_partial BIGINT;
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = max(m.version for m in MIGRATIONS)

@@ -4,7 +4,9 @@ reasoning tokens, and their ratios. Written to `inference_profile`.
 Counts come from the usage the source reported. A call whose source reported no usage gets the
 estimate of `traceforge.analysis.prefix_cache.estimate_tokens` (flagged: `calls_estimated`,
 `estimate_method`); its cached and reasoning tokens are unknown and counted as none, so such
-a workload's prefill is an upper bound.
+a workload's prefill is an upper bound. A call whose output count is only a lower bound
+(`llm_calls.output_tokens_partial`) keeps its reported input and cache counts and decodes the
+larger of its reported and estimated output (counted in `calls_estimated` too).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ def prefill_decode(con: duckdb.DuckDBPyConnection, estimates: pl.DataFrame) -> l
     """Write `inference_profile` (one row per workload and model) and return its rows.
 
     `estimates` is a frame (call_id, input_tokens, output_tokens) for calls without reported
-    usage. Workloads come from `trace_workloads`
+    usage or with a partial output count. Workloads come from `trace_workloads`
     (`traceforge.analysis.workloads.assign_workloads`).
 
     Ratios: cached_share = cache_read / input; prefill_decode_ratio = uncached input / output
@@ -40,11 +42,14 @@ def prefill_decode(con: duckdb.DuckDBPyConnection, estimates: pl.DataFrame) -> l
             """
             INSERT INTO inference_profile BY NAME
             WITH calls AS (
-                SELECT w.workload, coalesce(c.model, '(unknown)') AS model, c.usage_reported,
+                SELECT w.workload, coalesce(c.model, '(unknown)') AS model,
+                       c.usage_reported AND c.output_tokens_partial IS NOT TRUE AS fully_reported,
                        if(c.usage_reported, c.input_tokens, e.input_tokens) AS input_tokens,
                        if(c.usage_reported, coalesce(c.cache_read_tokens, 0), 0) AS cache_read,
                        if(c.usage_reported, coalesce(c.cache_write_tokens, 0), 0) AS cache_write,
-                       if(c.usage_reported, c.output_tokens, e.output_tokens) AS output_tokens,
+                       CASE WHEN NOT c.usage_reported THEN e.output_tokens
+                            WHEN c.output_tokens_partial THEN greatest(c.output_tokens, e.output_tokens)
+                            ELSE c.output_tokens END AS output_tokens,
                        if(c.usage_reported, coalesce(c.reasoning_tokens, 0), 0) AS reasoning
                 FROM llm_calls c
                 JOIN trace_workloads w USING (trace_id)
@@ -52,7 +57,7 @@ def prefill_decode(con: duckdb.DuckDBPyConnection, estimates: pl.DataFrame) -> l
             ),
             sums AS (
                 SELECT workload, model, count(*) AS llm_calls,
-                       count(*) FILTER (WHERE NOT usage_reported) AS calls_estimated,
+                       count(*) FILTER (WHERE NOT fully_reported) AS calls_estimated,
                        coalesce(sum(input_tokens), 0) AS input_tokens,
                        coalesce(sum(greatest(input_tokens - cache_read, 0)), 0) AS uncached_input_tokens,
                        coalesce(sum(cache_read), 0) AS cache_read_tokens,

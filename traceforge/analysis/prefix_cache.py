@@ -15,7 +15,9 @@ estimates the tokens of calls that reported none, so the two are consistent.
 
 A request's length is the reported input tokens where the source gave them, else the estimate;
 its hash ids are the first ceil(length / BLOCK_SIZE) ids of the chain, followed by ids unique to
-the call if the estimate fell short (the tail then counts as never reused).
+the call if the estimate fell short (the tail then counts as never reused). Its output length is
+the reported output tokens, else the response's characters over the model's ratio; where the
+reported count is only a lower bound (`llm_calls.output_tokens_partial`), the larger of the two.
 
 The simulator walks the requests in arrival order: a request hits on the leading run of its ids
 that are in the cache (a prefix cache stops at the first miss), then all its blocks are stored.
@@ -318,6 +320,7 @@ class _Call:
     cache_read_tokens: int | None
     output_tokens: int | None
     usage_reported: bool
+    output_partial: bool  # output_tokens is a lower bound: the larger of it and the estimate is used
     input_chars: int | None = None  # None: no conversation text for this call
     output_chars: int = 0
 
@@ -363,7 +366,8 @@ def _calls_sql(where: str) -> str:
     return f"""
     SELECT c.trace_id, c.call_id, c.seq, coalesce(c.model, '(unknown)'), w.workload,
            epoch_ms(c.started_at), epoch_ms(c.ended_at), c.duration_ms, epoch_ms(t.started_at),
-           c.input_tokens, c.cache_read_tokens, c.output_tokens, c.usage_reported
+           c.input_tokens, c.cache_read_tokens, c.output_tokens, c.usage_reported,
+           coalesce(c.output_tokens_partial, false)
     FROM llm_calls c JOIN _tf_batch USING (trace_id) JOIN traces t USING (trace_id)
     LEFT JOIN trace_workloads w USING (trace_id)
     {where}
@@ -456,6 +460,7 @@ def _conversation(
             cache_read_tokens=r[9],
             output_tokens=r[10],
             usage_reported=bool(r[11]),
+            output_partial=r[12],
         )
         for r in call_rows
     ]
@@ -490,12 +495,20 @@ class Calibration:
     method: dict[str, str] = field(default_factory=dict)  # fixed-effects | ratio | default
     calls: dict[str, int] = field(default_factory=dict)
     overhead_tokens: dict[tuple[str | None, str], int] = field(default_factory=dict)
+    # Output apart from input: a response's text can hide tokens its input never had (reasoning
+    # the log leaves out, tool calls the client re-renders), so one ratio would undercount it.
+    output_chars_per_token: dict[str, float] = field(default_factory=dict)
+    output_method: dict[str, str] = field(default_factory=dict)  # ratio | input
+    output_calls: dict[str, int] = field(default_factory=dict)
 
     def overhead(self, workload: str | None, model: str) -> int:
         return self.overhead_tokens.get((workload, model), 0)
 
     def input_tokens(self, workload: str | None, model: str, chars: int) -> int:
         return self.overhead(workload, model) + math.ceil(chars / self.chars_per_token[model])
+
+    def output_tokens(self, model: str, chars: int) -> int:
+        return math.ceil(chars / self.output_chars_per_token[model])
 
     def report(self) -> dict[str, dict[str, Any]]:
         return {
@@ -508,15 +521,21 @@ class Calibration:
                     for (w, m), n in sorted(self.overhead_tokens.items(), key=lambda kv: str(kv[0]))
                     if m == model
                 },
+                "output_chars_per_token": self.output_chars_per_token[model],
+                "output_method": self.output_method[model],
+                "output_calibrated_on_calls": self.output_calls[model],
             }
             for model, ratio in sorted(self.chars_per_token.items())
         }
 
 
 def fit_calibration(
-    points: dict[str, dict[str | None, list[tuple[int, int]]]], models: Iterable[str]
+    points: dict[str, dict[str | None, list[tuple[int, int]]]],
+    models: Iterable[str],
+    output_points: dict[str, list[tuple[int, int]]] | None = None,
 ) -> Calibration:
-    """Fit tokens = overhead[workload] + characters / chars_per_token per model.
+    """Fit tokens = overhead[workload] + characters / chars_per_token per model, and output tokens =
+    response characters / output_chars_per_token.
 
     `points[model][workload]` are (rendered characters, reported input tokens) of calls. The slope
     is the within-workload least-squares slope (a fixed-effects regression: each workload has its
@@ -526,42 +545,61 @@ def fit_calibration(
     history the model never saw after context compaction), the plain ratio of the sums is used
     with no overhead. Models without reported usage get 4 characters per token.
 
-    >>> fit = fit_calibration({"m": {"w": [(400, 150), (800, 250)]}}, ["m"])
-    >>> fit.chars_per_token["m"], fit.overhead("w", "m")
-    (4.0, 50)
+    `output_points[model]` are (response characters, reported output tokens) of calls that reported
+    their whole output; the output ratio is the ratio of their sums. Where a model has none, or
+    the ratio is implausible (outside 1-10: output mostly hidden from the log), the input's ratio
+    is used.
+
+    >>> fit = fit_calibration({"m": {"w": [(400, 150), (800, 250)]}}, ["m"], {"m": [(300, 100)]})
+    >>> fit.chars_per_token["m"], fit.overhead("w", "m"), fit.output_chars_per_token["m"]
+    (4.0, 50, 3.0)
     """
     calibration = Calibration()
     low, high = PLAUSIBLE_CHARS_PER_TOKEN
     for model in models:
-        groups = points.get(model, {})
-        n = sum(len(g) for g in groups.values())
-        calibration.calls[model] = n
-        if not n:
-            calibration.chars_per_token[model] = DEFAULT_CHARS_PER_TOKEN
-            calibration.method[model] = "default"
-            continue
-        sxx = sxy = 0.0
-        means = {}
-        for workload, group in groups.items():
-            mean_x = sum(x for x, _ in group) / len(group)
-            mean_y = sum(y for _, y in group) / len(group)
-            means[workload] = (mean_x, mean_y)
-            sxx += sum((x - mean_x) ** 2 for x, _ in group)
-            sxy += sum((x - mean_x) * (y - mean_y) for x, y in group)
-        slope = sxy / sxx if sxx > 0 else 0.0
-        if slope > 0 and low <= 1 / slope <= high:
-            calibration.chars_per_token[model] = 1 / slope
-            calibration.method[model] = "fixed-effects"
-            for workload, (mean_x, mean_y) in means.items():
-                floor = min(y for _, y in groups[workload])
-                overhead = min(max(mean_y - slope * mean_x, 0.0), floor)
-                calibration.overhead_tokens[(workload, model)] = round(overhead)
+        _fit_input(calibration, model, points.get(model, {}))
+        pairs = (output_points or {}).get(model, [])
+        tokens = sum(y for _, y in pairs)
+        ratio = sum(x for x, _ in pairs) / tokens if tokens else None
+        calibration.output_calls[model] = len(pairs)
+        if ratio is not None and low <= ratio <= high:
+            calibration.output_chars_per_token[model], calibration.output_method[model] = ratio, "ratio"
         else:
-            chars = sum(x for g in groups.values() for x, _ in g)
-            tokens = sum(y for g in groups.values() for _, y in g)
-            calibration.chars_per_token[model] = chars / tokens
-            calibration.method[model] = "ratio"
+            calibration.output_chars_per_token[model] = calibration.chars_per_token[model]
+            calibration.output_method[model] = "input"
     return calibration
+
+
+def _fit_input(calibration: Calibration, model: str, groups: dict[str | None, list[tuple[int, int]]]) -> None:
+    """`fit_calibration`'s input fit for one model, from its (characters, tokens) per workload."""
+    low, high = PLAUSIBLE_CHARS_PER_TOKEN
+    n = sum(len(g) for g in groups.values())
+    calibration.calls[model] = n
+    if not n:
+        calibration.chars_per_token[model] = DEFAULT_CHARS_PER_TOKEN
+        calibration.method[model] = "default"
+        return
+    sxx = sxy = 0.0
+    means = {}
+    for workload, group in groups.items():
+        mean_x = sum(x for x, _ in group) / len(group)
+        mean_y = sum(y for _, y in group) / len(group)
+        means[workload] = (mean_x, mean_y)
+        sxx += sum((x - mean_x) ** 2 for x, _ in group)
+        sxy += sum((x - mean_x) * (y - mean_y) for x, y in group)
+    slope = sxy / sxx if sxx > 0 else 0.0
+    if slope > 0 and low <= 1 / slope <= high:
+        calibration.chars_per_token[model] = 1 / slope
+        calibration.method[model] = "fixed-effects"
+        for workload, (mean_x, mean_y) in means.items():
+            floor = min(y for _, y in groups[workload])
+            overhead = min(max(mean_y - slope * mean_x, 0.0), floor)
+            calibration.overhead_tokens[(workload, model)] = round(overhead)
+    else:
+        chars = sum(x for g in groups.values() for x, _ in g)
+        tokens = sum(y for g in groups.values() for _, y in g)
+        calibration.chars_per_token[model] = chars / tokens
+        calibration.method[model] = "ratio"
 
 
 class CallSize(NamedTuple):
@@ -574,13 +612,23 @@ class CallSize(NamedTuple):
     output_chars: int
     usage_reported: bool
     input_tokens: int | None
+    output_tokens: int | None
+    output_partial: bool
 
 
 def call_sizes(batch: ConversationBatch) -> list[CallSize]:
     """Every call of `batch` with its rendered sizes: the calibration's pass over a batch."""
     return [
         CallSize(
-            c.call_id, c.model, c.workload, c.input_chars, c.output_chars, c.usage_reported, c.input_tokens
+            c.call_id,
+            c.model,
+            c.workload,
+            c.input_chars,
+            c.output_chars,
+            c.usage_reported,
+            c.input_tokens,
+            c.output_tokens,
+            c.output_partial,
         )
         for calls, _ in _conversations(batch)
         for c in calls
@@ -592,12 +640,15 @@ def _calibrate(
 ) -> Calibration:
     """Fit the calibration over every conversation; `collect`, when given, receives every call."""
     points: dict[str, dict[str | None, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
+    output_points: dict[str, list[tuple[int, int]]] = defaultdict(list)
     models: set[str] = set()
     for sizes in _map_batches(con, call_sizes, (), workers):
         for call in sizes:
             models.add(call.model)
             if call.usage_reported and call.input_tokens and call.input_chars:
                 points[call.model][call.workload].append((call.input_chars, call.input_tokens))
+            if call.usage_reported and not call.output_partial and call.output_tokens and call.output_chars:
+                output_points[call.model].append((call.output_chars, call.output_tokens))
         if collect is not None:
             collect.extend(sizes)
     # in a fixed order, so the fit's floating-point sums do not depend on where traces sit in the store
@@ -608,14 +659,16 @@ def _calibrate(
         }
         for model, groups in points.items()
     }
-    return fit_calibration(ordered, sorted(models))
+    return fit_calibration(ordered, sorted(models), {m: sorted(p) for m, p in output_points.items()})
 
 
 ESTIMATE_METHOD = (
     "input: the workload's unrendered overhead + rendered characters / characters per token, both fitted "
     "per model on its calls that reported usage (see chars_per_token; "
     f"{DEFAULT_CHARS_PER_TOKEN:g} characters per token where none did); output: response characters / "
-    "the same ratio"
+    "characters per output token, fitted per model on its calls that reported their whole output (else "
+    "the input's ratio); where the source logged only part of a call's output count, the larger of the "
+    "two"
 )
 
 
@@ -631,7 +684,7 @@ def estimate_tokens(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
         (
             c.call_id,
             calibration.input_tokens(c.workload, c.model, c.input_chars),
-            math.ceil(c.output_chars / calibration.chars_per_token[c.model]),
+            calibration.output_tokens(c.model, c.output_chars),
         )
         for c in calls
         if c.input_chars is not None
@@ -747,10 +800,12 @@ def batch_requests(
                         hashlib.blake2b(f"{call.call_id}#{i}".encode(), digest_size=DIGEST_BYTES).digest()
                     )
             del tail[needed - prefix :]
-            if call.usage_reported and call.output_tokens is not None:
+            if call.usage_reported and call.output_tokens is not None and not call.output_partial:
                 output, output_estimated = call.output_tokens, False
             else:
-                output, output_estimated = math.ceil(call.output_chars / ratio), True
+                output, output_estimated = calibration.output_tokens(call.model, call.output_chars), True
+                if call.usage_reported and call.output_tokens is not None:  # a lower bound
+                    output = max(output, call.output_tokens)
             start = call.start_ms
             if start is None and call.end_ms is not None and call.duration_ms is not None:
                 start = call.end_ms - call.duration_ms

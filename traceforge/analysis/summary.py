@@ -11,7 +11,8 @@ def summarize(con: duckdb.DuckDBPyConnection, top_rejects: int = 5) -> dict[str,
     """Totals, usage per workload and model, and the commonest reject reasons.
 
     Token sums count only calls whose source reported usage; `calls_without_usage` says how many
-    did not, so a zero is never mistaken for "not reported".
+    did not, so a zero is never mistaken for "not reported", and `calls_output_partial` how many
+    reported only a lower bound of their output.
     """
     totals = con.execute(
         """
@@ -22,6 +23,7 @@ def summarize(con: duckdb.DuckDBPyConnection, top_rejects: int = 5) -> dict[str,
                (SELECT coalesce(sum(cache_read_tokens), 0) FROM llm_calls),
                (SELECT coalesce(sum(output_tokens), 0) FROM llm_calls),
                (SELECT count(*) FILTER (WHERE NOT usage_reported) FROM llm_calls),
+               (SELECT count(*) FILTER (WHERE output_tokens_partial) FROM llm_calls),
                (SELECT count(*) FROM rejects),
                (SELECT count(*) FROM sources),
                (SELECT count(DISTINCT workload) FROM traces)
@@ -35,6 +37,7 @@ def summarize(con: duckdb.DuckDBPyConnection, top_rejects: int = 5) -> dict[str,
         "cache_read_tokens",
         "output_tokens",
         "calls_without_usage",
+        "calls_output_partial",
         "rejects",
         "files",
         "workloads",

@@ -10,8 +10,11 @@ computes it). `workload_key` regroups the traces by another key (see `WORKLOAD_K
 Spend per call is the cost the source reported where it reported one; else its reported tokens
 times the price table (`traceforge.pricing`); else, for a call with no usage at all, its
 estimated tokens (`traceforge.analysis.prefix_cache.estimate_tokens`) times the price table,
-kept apart as `cost_estimated_usd`. A call whose model is not in the table is counted in
-`unpriced_calls` and listed by model, never priced by a guess.
+kept apart as `cost_estimated_usd`. A call whose output count is only a lower bound
+(`llm_calls.output_tokens_partial`, counted in `calls_output_partial`) is priced on its reported
+tokens, and the output its estimate adds beyond the reported count goes to `cost_estimated_usd`.
+A call whose model is not in the table is counted in `unpriced_calls` and listed by model, never
+priced by a guess.
 """
 
 from __future__ import annotations
@@ -183,8 +186,8 @@ def compute_workloads(
     """Assign workloads, cost every call, and write the ranked `workloads` table.
 
     `estimates` (call_id, input_tokens, output_tokens) prices calls whose source reported no
-    usage; without it those calls are costed from
-    `traceforge.analysis.prefix_cache.estimate_tokens` when there are any.
+    usage, and the output of calls whose output count is partial; without it they are costed
+    from `traceforge.analysis.prefix_cache.estimate_tokens` when there are any.
     Returns a SpendReport: ranked rows with share and cumulative share, the smallest set of
     workloads covering 80% of spend, and the rank-size power-law fit.
     """
@@ -210,7 +213,8 @@ def compute_workloads(
     )
     if estimates is None:
         needs = con.execute(
-            "SELECT count(*) FROM llm_calls WHERE cost_usd IS NULL AND NOT usage_reported"
+            "SELECT count(*) FROM llm_calls WHERE cost_usd IS NULL"
+            " AND (NOT usage_reported OR output_tokens_partial)"
         ).fetchall()[0][0]
         if needs:
             from traceforge.analysis.prefix_cache import estimate_tokens
@@ -261,6 +265,7 @@ def compute_workloads(
             "cost_estimated_usd": sum(r["cost_estimated_usd"] or 0.0 for r in rows),
             "unpriced_calls": sum(r["unpriced_calls"] or 0 for r in rows),
             "calls_without_usage": sum(r["calls_without_usage"] or 0 for r in rows),
+            "calls_output_partial": sum(r["calls_output_partial"] or 0 for r in rows),
         },
     )
 
@@ -273,7 +278,7 @@ def _write_workloads(con: duckdb.DuckDBPyConnection, key: str) -> None:
             f"""
             INSERT INTO workloads BY NAME
             WITH calls AS (
-                SELECT w.workload, c.trace_id, c.usage_reported,
+                SELECT w.workload, c.trace_id, c.usage_reported, c.output_tokens_partial,
                        c.input_tokens, c.cache_read_tokens, c.cache_write_tokens,
                        c.output_tokens, c.reasoning_tokens, c.cost_usd AS cost_reported,
                        CASE WHEN c.cost_usd IS NULL AND c.usage_reported AND p.model IS NOT NULL THEN
@@ -286,6 +291,9 @@ def _write_workloads(con: duckdb.DuckDBPyConnection, key: str) -> None:
                        CASE WHEN c.cost_usd IS NULL AND NOT c.usage_reported AND p.model IS NOT NULL THEN
                            (coalesce(e.input_tokens, 0) * p.p_input
                             + coalesce(e.output_tokens, 0) * p.p_output) / 1e6
+                            WHEN c.cost_usd IS NULL AND c.output_tokens_partial AND p.model IS NOT NULL THEN
+                           greatest(coalesce(e.output_tokens, 0) - coalesce(c.output_tokens, 0), 0)
+                           * p.p_output / 1e6
                        END AS cost_estimated,
                        c.cost_usd IS NULL AND p.model IS NULL AS unpriced
                 FROM llm_calls c
@@ -306,7 +314,8 @@ def _write_workloads(con: duckdb.DuckDBPyConnection, key: str) -> None:
                        coalesce(sum(c.cost_priced), 0) AS cost_priced_usd,
                        coalesce(sum(c.cost_estimated), 0) AS cost_estimated_usd,
                        count(*) FILTER (WHERE c.unpriced) AS unpriced_calls,
-                       count(*) FILTER (WHERE NOT c.usage_reported) AS calls_without_usage
+                       count(*) FILTER (WHERE NOT c.usage_reported) AS calls_without_usage,
+                       count(*) FILTER (WHERE c.output_tokens_partial) AS calls_output_partial
                 FROM trace_workloads w LEFT JOIN calls c USING (trace_id, workload)
                 GROUP BY w.workload
             ),

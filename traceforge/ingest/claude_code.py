@@ -5,8 +5,9 @@ Every line is one event with `type`, `uuid`, `parentUuid`, `sessionId` and `time
 - `assistant` lines hold ONE content block each (text, thinking, tool_use); the lines of one API
   response share `message.id`. They are grouped back into one assistant message and one LLM call,
   whose usage is counted once (from the line with the largest `output_tokens`: newer versions write
-  the final usage on some lines and the opening usage on others). Parallel tool_use blocks become
-  one turn.
+  the final usage on some lines and the opening usage on others). A message none of whose lines
+  carries the final usage keeps the opening one: its input and cache counts are complete, its
+  output count is not (`output_tokens_partial`). Parallel tool_use blocks become one turn.
 - `user` lines hold the user's text or `tool_result` blocks, linked to their call by `tool_use_id`
   (`is_error` kept).
 - every other line (`progress`, `system`, `file-history-snapshot`, `queue-operation`, `summary`,
@@ -317,8 +318,10 @@ def _conversation(trace: Trace, lines: list[_Line], nodes: dict[str, _Line]) -> 
                 continue  # a later line of a message already written
             assistant, server_results = anthropic_messages.convert_assistant(_merged_content(group))
             assistant.call_index = len(trace.llm_calls)
-            trace.llm_calls.append(_llm_call(group, key, nodes))
+            llm_call = _llm_call(group, key, nodes)
+            trace.llm_calls.append(llm_call)
             if not _has_final_usage(group):
+                llm_call.output_tokens_partial = True
                 partial += 1
             messages.append(assistant)
             messages.extend(server_results)

@@ -92,6 +92,11 @@ def render_summary(console: Console, summary: dict[str, Any], db: str) -> None:
             f"{t['calls_without_usage']} LLM calls came without token counts (transcripts): "
             "their tokens are not in these sums."
         )
+    if t["calls_output_partial"]:
+        console.print(
+            f"{t['calls_output_partial']} LLM calls logged only a lower bound of their output tokens "
+            "(Claude Code streams): `out` undercounts; the profile estimates their output from the text."
+        )
     table = Table(
         title="Usage by workload and model",
         title_justify="left",
