@@ -99,6 +99,16 @@ def test_latency_and_tokens_from_measured_durations_and_reported_usage(con, tmp_
     assert schedule.parallel_ms == pytest.approx(1500 + max(1500, 500))
     # The second turn goes: it re-sent 150 tokens, of which the first call's 100 + 20 were a prefix.
     assert (schedule.input_tokens_saved, schedule.tokens_saved, schedule.tokens_estimated) == (150, 30, False)
+    # Where the first call's output count is only a lower bound (Claude Code), the prefix it leaves
+    # counts its output as estimated from its message's text (about 4 characters per token).
+    con.execute("UPDATE llm_calls SET output_tokens = 1, output_tokens_partial = true WHERE seq = 0")
+    [(chars,)] = con.execute(
+        """SELECT length(coalesce(content, '')) + length(coalesce(reasoning, '')) + length(tool_calls)
+           FROM messages WHERE role = 'assistant' ORDER BY seq LIMIT 1"""
+    ).fetchall()
+    assert chars / 4 > 1
+    assert trace_schedule(con, trace_id).tokens_saved == round(150 - (100 + chars / 4))
+    con.execute("UPDATE llm_calls SET output_tokens = 20, output_tokens_partial = false WHERE seq = 0")
     # A tool duration the source measured wins over the gap.
     con.execute("UPDATE tool_calls SET duration_ms = 200 WHERE tool_call_id = 'a'")
     assert trace_schedule(con, trace_id).parallel_ms == pytest.approx(1500 + max(200, 500))

@@ -54,7 +54,7 @@ from traceforge.workers import ordered_map, worker_count
 
 # Bump when inference or scheduling changes what they write: stored results of another version are
 # recomputed by the next analysis.
-ANALYSIS_VERSION = 1
+ANALYSIS_VERSION = 2  # 2: a partial output count (Claude Code) gives way to the text estimate
 BATCH_CALLS = 20_000
 
 

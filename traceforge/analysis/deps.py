@@ -337,7 +337,7 @@ ROW_COLUMNS = {
     "llm_calls": (
         "c",
         "c.call_id, c.seq, c.duration_ms, c.started_at, c.ended_at, c.input_tokens, c.output_tokens, "
-        "c.usage_reported",
+        "c.usage_reported, c.output_tokens_partial",
         "seq",
     ),
 }
@@ -536,7 +536,8 @@ def trace_input(
     for event in events:
         if event.kind == "args":
             calls[event.ref].segment = bisect.bisect_right(barriers, event.position)
-    _apply_llm_calls(turns, llm_rows)
+    text_output = {call_id: message_chars[seq] / 4 for seq, call_id in message_llm_call.items() if call_id}
+    _apply_llm_calls(turns, llm_rows, text_output)
     return TraceInput(
         trace_id=trace_id,
         workload=workload,
@@ -549,26 +550,32 @@ def trace_input(
     )
 
 
-def _apply_llm_calls(turns: list[Turn], llm_rows: list[tuple]) -> None:
+def _apply_llm_calls(turns: list[Turn], llm_rows: list[tuple], text_output: dict[str, float]) -> None:
     """Measured LLM time, reported tokens and the measured tool gap of each turn, from its LLM call.
 
     `llm_rows`: (call_id, seq, duration_ms, started_at, ended_at, input_tokens, output_tokens,
-    usage_reported) in seq order."""
+    usage_reported, output_tokens_partial) in seq order. `text_output`: per call, its output
+    estimated from its message's text, counted where the reported output is only a lower bound."""
+
+    def output(row: tuple) -> float:
+        reported = float(row[6] or 0)
+        return max(reported, text_output.get(row[0], 0.0)) if row[8] else reported
+
     by_id = {row[0]: position for position, row in enumerate(llm_rows)}
     for turn in turns:
         position = by_id.get(turn.call_id) if turn.call_id else None
         if position is None:
             continue
-        _, _, duration, _, ended, input_tokens, output_tokens, reported = llm_rows[position]
+        _, _, duration, _, ended, input_tokens, _, reported, _ = llm_rows[position]
         turn.llm_ms = duration
         if reported and input_tokens is not None:
             turn.input_tokens = float(input_tokens)
-            turn.output_tokens = float(output_tokens or 0)
+            turn.output_tokens = output(llm_rows[position])
             turn.tokens_estimated = False
             if position > 0:
                 previous = llm_rows[position - 1]
                 if previous[7] and previous[5] is not None:
-                    turn.previous_tokens = float(previous[5]) + float(previous[6] or 0)
+                    turn.previous_tokens = float(previous[5]) + output(previous)
         if position + 1 < len(llm_rows) and ended is not None:
             next_start = llm_rows[position + 1][3]
             if next_start is not None and next_start >= ended:
