@@ -76,7 +76,8 @@ def render_profile(console: Console, document: dict[str, Any], paths: dict[str, 
     if estimation["input_estimated"] or estimation["output_estimated"]:
         console.print(
             f"[yellow]estimated:[/] {estimation['input_estimated']} calls' input and "
-            f"{estimation['output_estimated']} calls' output tokens (no usage reported): "
+            f"{estimation['output_estimated']} calls' output tokens (no usage reported, or only a lower "
+            "bound of the output): "
             f"{document['estimation']['method']}"
         )
     for name, path in paths.items():
