@@ -11,13 +11,14 @@ Token counts are estimated from characters (`fit_calibration`): per model, a cha
 ratio, and per workload an overhead of tokens the log does not show (system prompt, tool schemas,
 chat template), fitted on the calls that reported usage; 4 characters per token for a model with
 none. The same fit places the block boundaries (the overhead as a shared leading stretch) and
-estimates the tokens of calls that reported none, so the two are consistent.
+estimates the tokens of calls that reported none, so the two are consistent. Output has a ratio of
+its own per model, fitted on the calls that reported their whole output.
 
 A request's length is the reported input tokens where the source gave them, else the estimate;
 its hash ids are the first ceil(length / BLOCK_SIZE) ids of the chain, followed by ids unique to
 the call if the estimate fell short (the tail then counts as never reused). Its output length is
-the reported output tokens, else the response's characters over the model's ratio; where the
-reported count is only a lower bound (`llm_calls.output_tokens_partial`), the larger of the two.
+the reported output tokens, else the response's characters over the model's output ratio; where
+the reported count is only a lower bound (`llm_calls.output_tokens_partial`), the larger of the two.
 
 The simulator walks the requests in arrival order: a request hits on the leading run of its ids
 that are in the cache (a prefix cache stops at the first miss), then all its blocks are stored.
