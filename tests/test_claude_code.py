@@ -362,9 +362,11 @@ def analyzed(runner, tmp_path: Path, lines: list[dict], name: str) -> dict:
     finally:
         con.close()
     replay = [json.loads(text) for text in (out / "replay.jsonl").read_text().splitlines()]
+    report = (out / "report.html").read_text()
     profile = json.loads((out / "profile.json").read_text())
     return {
         "output": result.output,
+        "report": report,
         "calls": calls,
         "replay": replay,
         "profile": profile,
@@ -381,7 +383,8 @@ def test_a_call_logged_with_only_its_opening_usage_has_its_output_estimated(runn
     assert whole["calls"] == [("msg_A", 120, False), ("msg_B", 41, False)]
     assert cut["calls"] == [("msg_A", 2, True), ("msg_B", 41, False)]
     assert "1 LLM calls logged only a lower bound" in cut["output"]
-    assert "lower bound" not in whole["output"]
+    assert "1 calls only a lower bound" in cut["report"]
+    assert "lower bound" not in whole["output"] and "lower bound" not in whole["report"]
     # The replay decodes msg_A's estimate, not the 2 tokens logged; msg_B keeps its reported 41.
     assert [r["output_length"] for r in whole["replay"]] == [120, 41]
     estimate, reported_b = (r["output_length"] for r in cut["replay"])

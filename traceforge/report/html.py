@@ -101,13 +101,16 @@ def _figure(svg: str, caption: str) -> str:
 def _header(summary: dict[str, Any]) -> str:
     t = summary["totals"]
     cached = t["cache_read_tokens"] / t["input_tokens"] if t["input_tokens"] else 0
+    output = _num(t["output_tokens"])
+    if t.get("calls_output_partial"):
+        output += f" <small>(as logged: {_num(t['calls_output_partial'])} calls only a lower bound)</small>"
     cards = [
         ("traces", _num(t["traces"])),
         ("workloads", _num(t["workloads"])),
         ("LLM calls", _num(t["llm_calls"])),
         ("tool calls", _num(t["tool_calls"])),
         ("input tokens", f"{_num(t['input_tokens'])} <small>({cached:.0%} cached)</small>"),
-        ("output tokens", _num(t["output_tokens"])),
+        ("output tokens", output),
         ("rejected records", _num(t["rejects"])),
     ]
     spend = summary["spend"]["totals"]
