@@ -308,7 +308,6 @@ def _conversation(trace: Trace, lines: list[_Line], nodes: dict[str, _Line]) -> 
     used_at: dict[str, datetime | None] = {}
     answered_at: dict[str, datetime | None] = {}
     seq_of_line: dict[int, int] = {}
-    partial = 0
     for line in lines:
         seq_of_line[line.number] = len(messages)
         if line.kind == "assistant":
@@ -318,11 +317,7 @@ def _conversation(trace: Trace, lines: list[_Line], nodes: dict[str, _Line]) -> 
                 continue  # a later line of a message already written
             assistant, server_results = anthropic_messages.convert_assistant(_merged_content(group))
             assistant.call_index = len(trace.llm_calls)
-            llm_call = _llm_call(group, key, nodes)
-            trace.llm_calls.append(llm_call)
-            if not _has_final_usage(group):
-                llm_call.output_tokens_partial = True
-                partial += 1
+            trace.llm_calls.append(_llm_call(group, key, nodes))
             messages.append(assistant)
             messages.extend(server_results)
             for part in group:
@@ -339,8 +334,6 @@ def _conversation(trace: Trace, lines: list[_Line], nodes: dict[str, _Line]) -> 
                 if block.get("type") == "tool_result" and as_id(block.get("tool_use_id")):
                     answered_at.setdefault(as_id(block.get("tool_use_id")), line.time)
     assemble(trace, messages, result_errors=errors)
-    if partial:
-        trace.attributes["output_tokens_partial_calls"] = partial
     for call in trace.tool_calls:
         call.started_at = used_at.get(call.source_id) if call.source_id else None
         call.ended_at = answered_at.get(call.source_id) if call.source_id else None
@@ -383,6 +376,7 @@ def _llm_call(lines: list[_Line], key: str, nodes: dict[str, _Line]) -> LlmCall:
         source_line=lines[0].number,
     )
     anthropic_messages.apply_usage(call, final.message.get("usage"))
+    call.output_tokens_partial = not _has_final_usage(lines)
     cost = as_float(final.value.get("costUSD"))  # written by early Claude Code versions
     if cost is not None:
         call.cost_usd = cost
