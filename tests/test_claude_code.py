@@ -16,6 +16,7 @@ import pytest
 
 from traceforge import store
 from traceforge.analysis.prefix_cache import estimate_tokens
+from traceforge.analysis.workloads import compute_workloads
 from traceforge.cli import cli
 from traceforge.ingest import anthropic_messages, claude_code, openai_chat
 from traceforge.ingest.sources import Record
@@ -365,6 +366,7 @@ def analyzed(runner, tmp_path: Path, lines: list[dict], name: str) -> dict:
     report = (out / "report.html").read_text()
     profile = json.loads((out / "profile.json").read_text())
     return {
+        "db": db,
         "output": result.output,
         "report": report,
         "calls": calls,
@@ -403,6 +405,14 @@ def test_a_call_logged_with_only_its_opening_usage_has_its_output_estimated(runn
     assert priced == pytest.approx(whole["workload"][2] - (120 - 2) * price.output / 1e6)
     assert estimated == pytest.approx((estimate - 2) * price.output / 1e6)
     assert whole["workload"][1:] == (0, whole["workload"][2], 0.0)
+    # Spend computed on its own (not by the profile) estimates the partial call the same way.
+    con = store.connect(cut["db"])
+    try:
+        alone = compute_workloads(con).totals
+    finally:
+        con.close()
+    assert alone["calls_output_partial"] == 1
+    assert alone["cost_estimated_usd"] == pytest.approx(estimated)
 
 
 def test_rewound_conversation_keeps_the_last_branch_and_the_abandoned_one_as_a_child(runner, db_path):

@@ -536,7 +536,8 @@ def trace_input(
     for event in events:
         if event.kind == "args":
             calls[event.ref].segment = bisect.bisect_right(barriers, event.position)
-    text_output = {call_id: message_chars[seq] / 4 for seq, call_id in message_llm_call.items() if call_id}
+    partial = any(row[8] for row in llm_rows)  # only then is a call's output read from its text
+    text_output = {c: message_chars[seq] / 4 for seq, c in message_llm_call.items() if c} if partial else {}
     _apply_llm_calls(turns, llm_rows, text_output)
     return TraceInput(
         trace_id=trace_id,
