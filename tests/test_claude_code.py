@@ -153,6 +153,30 @@ def test_real_session_is_one_trace_across_its_compaction(shared_data, runner, db
     assert content == summary["message"]["content"]
 
 
+def test_max_tokens_counts_a_partial_output_at_least_as_its_text(runner, tmp_path):
+    lines = raw_lines(FIXTURES / "parallel_session.jsonl")
+    final = next(line for line in lines if line.get("uuid") == "b-1")["message"]
+    final["usage"] = {**final["usage"], "output_tokens": 1}
+    del final["usage"]["iterations"]  # msg_B, the last call, logged only its opening usage
+    path = tmp_path / "session.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    db = tmp_path / "store.duckdb"
+    assert runner.invoke(cli, ["ingest", str(path), "--db", str(db)]).exit_code == 0
+    text = len(final["content"][0]["text"])
+    # Its context was 6,304 tokens; the answer's 1 logged token is less than its text's length / 4.
+    assert text // 4 > 1
+
+    def usable(limit: int) -> bool:
+        out = tmp_path / f"out-{limit}"
+        args = ["export", "sft", "--db", str(db), "--out", str(out), "--max-tokens", str(limit)]
+        result = runner.invoke(cli, args)
+        assert result.exit_code in (0, 1), result.output  # 1: no rows written
+        return "1 usable" in result.output
+
+    assert usable(6304 + text // 4)
+    assert not usable(6304 + text // 4 - 1)
+
+
 def test_real_calls_without_their_final_usage_are_flagged_and_their_output_estimated(
     shared_data, runner, db_path
 ):

@@ -44,7 +44,9 @@ class Conversation:
     tools: list[dict[str, Any]]  # JSON schemas: {"type": "function", "function": {...}}
     inferred_tools: list[str] = field(default_factory=list)  # called, but no definition recorded
     removed_user_calls: list[str] = field(default_factory=list)  # the user's own tool calls, removed
-    peak_tokens: int | None = None  # largest input + output of one LLM call, where usage was reported
+    # largest input + output of one LLM call, where usage was reported (an output logged only as a
+    # lower bound counts at least its message's text at 4 characters a token)
+    peak_tokens: int | None = None
     problem: str | None = None  # why it cannot be a training example, if it cannot
     # The trace id and workload as published in rows, where redaction changed them (a session id
     # that is an email address); `trace_id` itself stays the store's key.
@@ -84,10 +86,21 @@ def load_conversations(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> 
             FROM traces t
             JOIN _tf_export_ids USING (trace_id)
             LEFT JOIN (
-                SELECT trace_id, mode(model) AS model,
-                       max(input_tokens + coalesce(output_tokens, 0)) FILTER (WHERE usage_reported)
-                           AS peak_tokens
-                FROM llm_calls GROUP BY trace_id
+                SELECT c.trace_id, mode(c.model) AS model,
+                       max(c.input_tokens + CASE WHEN c.output_tokens_partial
+                                                 THEN greatest(coalesce(c.output_tokens, 0), m.text_tokens)
+                                                 ELSE coalesce(c.output_tokens, 0) END)
+                           FILTER (WHERE c.usage_reported) AS peak_tokens
+                FROM llm_calls c JOIN _tf_export_ids USING (trace_id)
+                LEFT JOIN (  -- a partial output count's stand-in: its message's text at 4 characters a token
+                    SELECT trace_id, call_id,
+                           sum(length(coalesce(content, '')) + length(coalesce(reasoning, ''))
+                               + length(coalesce(tool_calls::VARCHAR, ''))) // 4 AS text_tokens
+                    FROM messages JOIN _tf_export_ids USING (trace_id)
+                    WHERE role = 'assistant' AND call_id IS NOT NULL
+                    GROUP BY trace_id, call_id
+                ) m USING (trace_id, call_id)
+                GROUP BY c.trace_id
             ) c USING (trace_id)
             """
         ).fetchall()
