@@ -53,6 +53,7 @@ import polars as pl
 from traceforge import store
 from traceforge.analysis.batches import TraceBatch, rows_by_trace
 from traceforge.analysis.effects import DepsConfig, Effect, classify, is_key_param, tool_nouns, word_set
+from traceforge.analysis.prefix_cache import DEFAULT_CHARS_PER_TOKEN
 
 LOOSE_MIN_CONFIDENCE = 0.6
 
@@ -527,8 +528,8 @@ def trace_input(
             llm_call = message_llm_call.get(call.message_seq) if call.message_seq is not None else None
             turn = Turn(index=len(turns), call_id=llm_call or call.call_id)
             if call.message_seq is not None:
-                turn.input_tokens = chars_before.get(call.message_seq, 0) / 4
-                turn.output_tokens = message_chars.get(call.message_seq, 0) / 4
+                turn.input_tokens = chars_before.get(call.message_seq, 0) / DEFAULT_CHARS_PER_TOKEN
+                turn.output_tokens = message_chars.get(call.message_seq, 0) / DEFAULT_CHARS_PER_TOKEN
                 turn.tokens_estimated = True
             turns.append(turn)
         call.turn = turn_of_key[key]
@@ -537,7 +538,11 @@ def trace_input(
         if event.kind == "args":
             calls[event.ref].segment = bisect.bisect_right(barriers, event.position)
     partial = any(row[8] for row in llm_rows)  # only then is a call's output read from its text
-    text_output = {c: message_chars[seq] / 4 for seq, c in message_llm_call.items() if c} if partial else {}
+    text_output = (
+        {c: message_chars[seq] / DEFAULT_CHARS_PER_TOKEN for seq, c in message_llm_call.items() if c}
+        if partial
+        else {}
+    )
     _apply_llm_calls(turns, llm_rows, text_output)
     return TraceInput(
         trace_id=trace_id,

@@ -30,6 +30,7 @@ from datetime import datetime
 
 import duckdb
 
+from traceforge.analysis.prefix_cache import DEFAULT_CHARS_PER_TOKEN
 from traceforge.export.source import Conversation, conversation_text, load_conversations
 
 SPLIT_NAME = re.compile(r"^\w+(\.\w+)*$")  # what `datasets` accepts as a split name
@@ -208,7 +209,9 @@ def over_limits(conversation: Conversation, criteria: Criteria) -> str | None:
     if criteria.max_chars is not None and chars > criteria.max_chars:
         return "over_max_chars"
     if criteria.max_tokens is not None:
-        tokens = conversation.peak_tokens if conversation.peak_tokens is not None else chars // 4
+        tokens = conversation.peak_tokens
+        if tokens is None:
+            tokens = int(chars // DEFAULT_CHARS_PER_TOKEN)
         if tokens > criteria.max_tokens:
             return "over_max_tokens"
     return None

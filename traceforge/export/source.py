@@ -28,6 +28,7 @@ import duckdb
 
 from traceforge import store
 from traceforge.analysis.batches import rows_by_trace
+from traceforge.analysis.prefix_cache import DEFAULT_CHARS_PER_TOKEN
 
 MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content")
 
@@ -92,17 +93,18 @@ def load_conversations(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> 
                                                  ELSE coalesce(c.output_tokens, 0) END)
                            FILTER (WHERE c.usage_reported) AS peak_tokens
                 FROM llm_calls c JOIN _tf_export_ids USING (trace_id)
-                LEFT JOIN (  -- a partial output count's stand-in: its message's text at 4 characters a token
+                LEFT JOIN (  -- a partial output count's stand-in: its message's text in rough tokens
                     SELECT trace_id, call_id,
                            sum(length(coalesce(content, '')) + length(coalesce(reasoning, ''))
-                               + length(coalesce(tool_calls::VARCHAR, ''))) // 4 AS text_tokens
+                               + length(coalesce(tool_calls::VARCHAR, ''))) // ? AS text_tokens
                     FROM messages JOIN _tf_export_ids USING (trace_id)
                     WHERE role = 'assistant' AND call_id IS NOT NULL
                     GROUP BY trace_id, call_id
                 ) m USING (trace_id, call_id)
                 GROUP BY c.trace_id
             ) c USING (trace_id)
-            """
+            """,
+            [int(DEFAULT_CHARS_PER_TOKEN)],
         ).fetchall()
         messages = con.execute(
             """

@@ -102,7 +102,7 @@ def _header(summary: dict[str, Any]) -> str:
     t = summary["totals"]
     cached = t["cache_read_tokens"] / t["input_tokens"] if t["input_tokens"] else 0
     output = _num(t["output_tokens"])
-    if t.get("calls_output_partial"):
+    if t["calls_output_partial"]:
         output += f" <small>(as logged: {_num(t['calls_output_partial'])} calls only a lower bound)</small>"
     cards = [
         ("traces", _num(t["traces"])),
