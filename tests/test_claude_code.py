@@ -437,6 +437,10 @@ def test_a_call_logged_with_only_its_opening_usage_has_its_output_estimated(runn
         con.close()
     assert alone["calls_output_partial"] == 1
     assert alone["cost_estimated_usd"] == pytest.approx(estimated)
+    # The profile's own report names the estimated output and why.
+    result = runner.invoke(cli, ["profile", "--db", str(cut["db"]), "--out", str(tmp_path / "profile")])
+    assert result.exit_code == 0, result.output
+    assert "1 calls' output tokens (no usage reported, or only a lower bound of the output)" in result.output
 
 
 def test_rewound_conversation_keeps_the_last_branch_and_the_abandoned_one_as_a_child(runner, db_path):
