@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import duckdb
+import polars as pl
 import pytest
 
 from traceforge import lake, store
@@ -203,6 +204,28 @@ def test_the_analysis_partition_by_partition_gives_the_store_s_rows(runner, anal
     loaded = tmp_path / "loaded.duckdb"
     result = runner.invoke(cli, ["lake", "load", str(results), "--db", str(loaded)])
     assert result.exit_code == 0, result.output
+    assert analysis_rows(loaded) == analysis_rows(analysed_store)
+
+
+def test_a_lake_written_before_a_column_existed_is_analysed_with_it_empty(runner, analysed_store, tmp_path):
+    """A lake exported by an older traceforge lacks columns added since (here the partial output
+    flag of llm_calls): the partition analysis reads them as NULL, as attaching does."""
+    out = tmp_path / "lake"
+    assert export(runner, analysed_store, out).exit_code == 0
+    manifest = json.loads((out / lake.MANIFEST).read_text())
+    for table, dropped in {"llm_calls": ["output_tokens_partial"]}.items():
+        for path in (out / table).rglob("*.parquet"):
+            frame = pl.read_parquet(path, hive_partitioning=False)
+            assert set(dropped) <= set(frame.columns)
+            frame.drop(dropped).write_parquet(path)
+        info = manifest["tables"][table]
+        info["columns"] = [column for column in info["columns"] if column[0] not in dropped]
+    (out / lake.MANIFEST).write_text(json.dumps(manifest))
+    results = tmp_path / "results"
+    result = runner.invoke(cli, ["lake", "deps", str(out), "--out", str(results), "--json"])
+    assert result.exit_code == 0, result.output
+    loaded = tmp_path / "loaded.duckdb"
+    assert runner.invoke(cli, ["lake", "load", str(results), "--db", str(loaded)]).exit_code == 0
     assert analysis_rows(loaded) == analysis_rows(analysed_store)
 
 

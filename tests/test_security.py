@@ -69,7 +69,7 @@ PASTED_INTO_SQL = {
     ("lake.py", "DAY"): "a constant expression",
     ("lake.py", "selected"): "the store's own column names, from the code's schema",
     ("lake.py", "declared"): "the store's own column names and types",
-    ("lake.py", "columns"): "lake column names, quoted as identifiers by lake._ident",
+    ("lake.py", "columns"): "lake column names quoted by lake._ident; the store's own as typed NULLs",
     ("lake.py", "day"): "a partition date, quoted as a literal by lake._quote",
     ("lake.py", "day_filter"): "a partition date, quoted as a literal by lake._quote",
     ("lake.py", "pattern"): "a path quoted by lake._quote: read_parquet takes no parameter",

@@ -32,6 +32,7 @@ URLs other than local paths (`s3://`, `gs://`, `az://`, `https://`) are read thr
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from dataclasses import dataclass, field
@@ -413,11 +414,15 @@ def partition_connection(url: str, partition: Partition) -> duckdb.DuckDBPyConne
     day_filter = "day IS NULL" if partition.day is None else f"day = DATE {_quote(partition.day)}"
     for table in ("traces", "llm_calls", "tool_calls", "messages", "tool_defs"):
         info = manifest["tables"].get(table)
-        columns = ", ".join(_ident(name) for name, _ in (info or {}).get("columns", []))
+        wanted = _store_columns(table)
         if info is None:
-            declared = ", ".join(f'"{name}" {kind}' for name, kind in _store_columns(table))
+            declared = ", ".join(f'"{name}" {kind}' for name, kind in wanted)
             con.execute(f"CREATE TABLE {table} ({declared})")
             continue
+        in_lake = [name for name, _ in info["columns"]]
+        # the lake's columns, and the store's it was written without (an older traceforge) as NULL
+        missing = [f'NULL::{kind} AS "{name}"' for name, kind in wanted if name not in set(in_lake)]
+        columns = ", ".join([*map(_ident, in_lake), *missing])
         con.execute(
             f"CREATE VIEW {table} AS SELECT {columns} FROM {_scan(url, table, info)} "
             f"WHERE source_format = {_quote(partition.source_format)} AND {day_filter}"
@@ -425,14 +430,16 @@ def partition_connection(url: str, partition: Partition) -> duckdb.DuckDBPyConne
     return con
 
 
-def _store_columns(table: str) -> list[tuple[str, str]]:
-    """A table's columns as a fresh store declares them (for a table the lake has no rows of)."""
+@functools.cache
+def _store_columns(table: str) -> tuple[tuple[str, str], ...]:
+    """A table's columns as a fresh store declares them (for a table the lake has no rows of, or
+    the columns a lake written by an older traceforge lacks)."""
     from traceforge import store
 
     con = duckdb.connect()
     try:
         store.migrate(con)
-        return [tuple(row) for row in _columns(con, table)]
+        return tuple(tuple(row) for row in _columns(con, table))
     finally:
         con.close()
 
