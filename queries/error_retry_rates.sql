@@ -4,6 +4,7 @@ WITH ordered AS (
     SELECT trace_id, name, is_error,
            lead(name) OVER (PARTITION BY trace_id ORDER BY seq) AS next_name
     FROM tool_calls
+    WHERE copy_of IS NULL  -- a resumed session's copies of earlier calls count once
 )
 SELECT name AS tool, count(*) AS calls,
        count(*) FILTER (WHERE is_error) AS errors,

@@ -5,7 +5,7 @@ WITH gaps AS (
            date_diff('millisecond', ended_at,
                      lead(started_at) OVER (PARTITION BY trace_id ORDER BY seq)) AS gap_ms
     FROM llm_calls
-    WHERE ended_at IS NOT NULL
+    WHERE ended_at IS NOT NULL AND copy_of IS NULL  -- a resumed session's copies are not its calls
 )
 SELECT t.workload, count(*) AS gaps,
        round(quantile_cont(gap_ms, 0.5)) AS p50_ms,

@@ -4,6 +4,7 @@ WITH next_call AS (
     SELECT call_id, ended_at,
            lead(started_at) OVER (PARTITION BY trace_id ORDER BY seq) AS next_started_at
     FROM llm_calls
+    WHERE copy_of IS NULL  -- a resumed session's copies of earlier calls count once
 )
 SELECT tc.name AS tool, count(*) AS calls,
        count(tc.duration_ms) AS measured,
@@ -14,5 +15,6 @@ SELECT tc.name AS tool, count(*) AS calls,
        round(max(coalesce(tc.duration_ms,
              date_diff('millisecond', n.ended_at, n.next_started_at)))) AS max_ms
 FROM tool_calls tc LEFT JOIN next_call n USING (call_id)
+WHERE tc.copy_of IS NULL
 GROUP BY tc.name
 ORDER BY calls DESC;

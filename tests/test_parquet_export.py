@@ -209,11 +209,12 @@ def test_the_analysis_partition_by_partition_gives_the_store_s_rows(runner, anal
 
 def test_a_lake_written_before_a_column_existed_is_analysed_with_it_empty(runner, analysed_store, tmp_path):
     """A lake exported by an older traceforge lacks columns added since (here the partial output
-    flag of llm_calls): the partition analysis reads them as NULL, as attaching does."""
+    flag and the resumed-session marks): the partition analysis reads them as NULL, as attaching does."""
     out = tmp_path / "lake"
     assert export(runner, analysed_store, out).exit_code == 0
     manifest = json.loads((out / lake.MANIFEST).read_text())
-    for table, dropped in {"llm_calls": ["output_tokens_partial"]}.items():
+    older = {"llm_calls": ["output_tokens_partial", "response_key", "copy_of"], "tool_calls": ["copy_of"]}
+    for table, dropped in older.items():
         for path in (out / table).rglob("*.parquet"):
             frame = pl.read_parquet(path, hive_partitioning=False)
             assert set(dropped) <= set(frame.columns)

@@ -145,6 +145,31 @@ def test_store_written_before_partial_output_counts_upgrades_and_profiles(db_pat
     con.close()
 
 
+def test_store_written_before_resumed_session_marks_upgrades_and_analyses(db_path, tmp_path, runner):
+    session = Path(__file__).parent / "fixtures" / "claude_code" / "parallel_session.jsonl"
+    assert runner.invoke(cli, ["ingest", str(session), "--db", str(db_path)]).exit_code == 0
+    con = store.connect(db_path)  # back to the store as migration 7 left it, rows and all
+    for table, column in (("llm_calls", "response_key"), ("llm_calls", "copy_of"), ("tool_calls", "copy_of")):
+        con.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    con.execute("DELETE FROM schema_migrations WHERE version = 8")
+    con.close()
+
+    result = runner.invoke(
+        cli, ["analyze", str(session), "--db", str(db_path), "--out", str(tmp_path / "out")]
+    )
+    assert result.exit_code == 0, result.output
+    con = store.connect(db_path, read_only=True)
+    assert store.applied_migrations(con) == sorted(m.version for m in store.MIGRATIONS)
+    # Rows ingested before the marks have no key: each counts, as before.
+    assert con.execute("SELECT call_id, response_key, copy_of FROM llm_calls ORDER BY seq").fetchall() == [
+        ("msg_A", None, None),
+        ("msg_B", None, None),
+    ]
+    assert con.execute("SELECT llm_calls, tool_calls FROM v_trace_summary").fetchall() == [(2, 2)]
+    assert con.execute("SELECT sum(llm_calls) FROM v_usage_by_workload_model").fetchall() == [(2,)]
+    con.close()
+
+
 def test_store_from_a_newer_traceforge_is_refused(db_path):
     con = store.connect(db_path)
     con.execute("INSERT INTO schema_migrations VALUES (9999, 'from the future', now())")

@@ -47,6 +47,9 @@ class LlmCall:
     cost_usd: float | None = None
     finish_reason: str | None = None
     source_line: int | None = None
+    # Where one API response can be logged in more than one trace (a resumed Claude Code session
+    # copies the conversation it resumes), the key that identifies it across them.
+    response_key: str | None = None
 
 
 @dataclass

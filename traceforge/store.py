@@ -384,6 +384,54 @@ MIGRATIONS: list[Migration] = [
         ALTER TABLE workloads ADD COLUMN calls_output_partial BIGINT;
         """,
     ),
+    Migration(
+        8,
+        "responses logged again in another trace (resumed Claude Code sessions) counted once",
+        """
+        -- A resumed Claude Code session is a new file that starts with a copy of the conversation
+        -- it resumes. `response_key` identifies a response across traces; `copy_of` names the call
+        -- (or tool call) first logged, on every other copy. Spend, usage, the profile, the replay
+        -- and the dependency analysis leave copies out; the conversations (messages) keep them.
+        ALTER TABLE llm_calls ADD COLUMN response_key TEXT;
+        ALTER TABLE llm_calls ADD COLUMN copy_of TEXT;
+        ALTER TABLE tool_calls ADD COLUMN copy_of TEXT;
+
+        CREATE OR REPLACE VIEW v_trace_summary AS
+        SELECT t.trace_id, t.workload, t.agent, t.source_format, t.outcome,
+               t.started_at, t.ended_at,
+               date_diff('millisecond', t.started_at, t.ended_at) AS duration_ms,
+               coalesce(c.llm_calls, 0) AS llm_calls,
+               coalesce(tc.tool_calls, 0) AS tool_calls,
+               coalesce(tc.tool_errors, 0) AS tool_errors,
+               c.input_tokens, c.cache_read_tokens, c.output_tokens, c.cost_usd
+        FROM traces t
+        LEFT JOIN (SELECT trace_id, count(*) AS llm_calls, sum(input_tokens) AS input_tokens,
+                          sum(cache_read_tokens) AS cache_read_tokens,
+                          sum(output_tokens) AS output_tokens, sum(cost_usd) AS cost_usd
+                   FROM llm_calls WHERE copy_of IS NULL GROUP BY trace_id) c USING (trace_id)
+        LEFT JOIN (SELECT trace_id, count(*) AS tool_calls,
+                          count(*) FILTER (WHERE is_error) AS tool_errors
+                   FROM tool_calls WHERE copy_of IS NULL GROUP BY trace_id) tc USING (trace_id);
+
+        CREATE OR REPLACE VIEW v_usage_by_workload_model AS
+        SELECT coalesce(t.workload, '(none)') AS workload,
+               coalesce(c.model, '(unknown)') AS model,
+               count(DISTINCT c.trace_id) AS traces,
+               count(*) AS llm_calls,
+               sum(tc.n) AS tool_calls,
+               sum(c.input_tokens) AS input_tokens,
+               sum(c.cache_read_tokens) AS cache_read_tokens,
+               sum(c.output_tokens) AS output_tokens,
+               count(*) FILTER (WHERE NOT c.usage_reported) AS calls_without_usage,
+               sum(c.cost_usd) AS reported_cost_usd
+        FROM llm_calls c
+        JOIN traces t USING (trace_id)
+        LEFT JOIN (SELECT call_id, count(*) AS n FROM tool_calls GROUP BY call_id) tc
+               USING (call_id)
+        WHERE c.copy_of IS NULL
+        GROUP BY ALL;
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = max(m.version for m in MIGRATIONS)

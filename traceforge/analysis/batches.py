@@ -33,11 +33,15 @@ class TraceBatch:
     # which have no row ids.
     rowids: dict[str, tuple[int, int]] | None = field(default_factory=dict)
 
-    def within(self, alias: str, table: str) -> tuple[str, list[int]]:
-        """A WHERE clause keeping `alias`'s rows to this batch's range of `table`, and its values."""
-        if self.rowids is None:
-            return "", []
-        return f"WHERE {alias}.rowid BETWEEN ? AND ?", list(self.rowids.get(table, NO_ROWS))
+    def within(self, alias: str, table: str, condition: str | None = None) -> tuple[str, list[int]]:
+        """A WHERE clause keeping `alias`'s rows to this batch's range of `table` (and to
+        `condition`, when given), and its values."""
+        clauses = [condition] if condition else []
+        values: list[int] = []
+        if self.rowids is not None:
+            clauses.append(f"{alias}.rowid BETWEEN ? AND ?")
+            values = list(self.rowids.get(table, NO_ROWS))
+        return ("WHERE " + " AND ".join(clauses) if clauses else ""), values
 
 
 @dataclass

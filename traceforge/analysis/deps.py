@@ -325,7 +325,7 @@ ROW_COLUMNS = {
         "tc.tool_call_id, tc.seq, tc.name, tc.arguments, tc.result, coalesce(tc.is_error, false), "
         "tc.source_tool_call_id, tc.call_id, "
         "coalesce(tc.duration_ms, date_diff('millisecond', tc.started_at, tc.ended_at)), "
-        "coalesce(tc.requestor, 'assistant')",
+        "coalesce(tc.requestor, 'assistant'), tc.copy_of IS NOT NULL",
         "seq",
     ),
     "messages": (
@@ -343,6 +343,9 @@ ROW_COLUMNS = {
     ),
 }
 ROW_TABLES = tuple(ROW_COLUMNS)
+# A response a resumed session logged again (`copy_of`) is the session's history, not a call of its
+# own: its LLM call is left out, and its tool calls are read as what the session knew before.
+ROW_CONDITIONS = {"llm_calls": "c.copy_of IS NULL"}
 
 
 @dataclass
@@ -385,7 +388,7 @@ def read_trace_tables(
     tables = {}
     with store.registered_ids(con, "_tf_dep_ids", trace_ids):
         for table, (alias, columns, _) in ROW_COLUMNS.items():
-            where, values = batch.within(alias, table)  # the batch's stretch of the table
+            where, values = batch.within(alias, table, ROW_CONDITIONS.get(table))  # the batch's stretch
             tables[table] = con.sql(
                 f"SELECT {alias}.trace_id, {columns} FROM {table} {alias} "
                 f"JOIN _tf_dep_ids USING (trace_id) {where}",
@@ -478,7 +481,10 @@ def trace_input(
     user_tool_calls = 0
     fallback_turn, previous_key = 0, None
     for row in call_rows:
-        tool_call_id, seq, name, arguments, result, is_error, source_id, call_id, duration, requestor = row
+        tool_call_id, seq, name, arguments, result, is_error, source_id, call_id, duration, requestor = row[
+            :10
+        ]
+        copied = row[10]  # a resumed session's copy of a call of the session it resumes
         parsed = _parse(arguments)
         message_seq = emitted_at.get(tool_call_id)
         if message_seq is not None:
@@ -491,9 +497,12 @@ def trace_input(
         previous_key = key
         answered = answered_at.get(tool_call_id)
         result_position = answered * 4 if answered is not None else base + 3
-        if requestor == "user":  # the user's own tool calls are what the user knows, and a barrier
-            user_tool_calls += 1
-            user_positions.add(base)
+        if requestor == "user" or copied:
+            # the user's own tool calls are what the user knows, and a barrier; a resumed session's
+            # copies of earlier calls are what it knew before its first new prompt
+            if requestor == "user":
+                user_tool_calls += 1
+                user_positions.add(base)
             add(base + 1, "context", None, _leaf_text(parsed))
             if result:
                 add(result_position, "context", None, _result_text(result))

@@ -54,6 +54,7 @@ def prefill_decode(con: duckdb.DuckDBPyConnection, estimates: pl.DataFrame) -> l
                 FROM llm_calls c
                 JOIN trace_workloads w USING (trace_id)
                 LEFT JOIN _tf_estimates e USING (call_id)
+                WHERE c.copy_of IS NULL
             ),
             sums AS (
                 SELECT workload, model, count(*) AS llm_calls,

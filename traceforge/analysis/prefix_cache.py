@@ -407,12 +407,13 @@ class ConversationBatch:
 def _read_batch(con: duckdb.DuckDBPyConnection, batch: TraceBatch) -> ConversationBatch:
     tables = []
     with store.registered_ids(con, "_tf_batch", batch.trace_ids):
-        for sql, alias, table in (
-            (_calls_sql, "c", "llm_calls"),
-            (_messages_sql, "m", "messages"),
-            (_defs_sql, "d", "tool_defs"),
+        for sql, alias, table, condition in (
+            # a response a resumed session logged again is in its conversation, not a request of its own
+            (_calls_sql, "c", "llm_calls", "c.copy_of IS NULL"),
+            (_messages_sql, "m", "messages", None),
+            (_defs_sql, "d", "tool_defs", None),
         ):
-            where, values = batch.within(alias, table)
+            where, values = batch.within(alias, table, condition)
             tables.append(con.sql(sql(where), params=values).to_arrow_table())
     return ConversationBatch(batch.trace_ids, (tables[0], tables[1], tables[2]))
 
@@ -440,7 +441,9 @@ def _conversations(batch: ConversationBatch) -> Iterator[tuple[list[_Call], str]
         for table, order in zip(batch.tables, CONVERSATION_ORDER, strict=True)
     )
     for trace_id in batch.trace_ids:
-        yield _conversation(trace_id, calls[trace_id], messages.get(trace_id, []), defs.get(trace_id, []))
+        yield _conversation(
+            trace_id, calls.get(trace_id, []), messages.get(trace_id, []), defs.get(trace_id, [])
+        )
 
 
 def _conversation(

@@ -12,18 +12,21 @@ def summarize(con: duckdb.DuckDBPyConnection, top_rejects: int = 5) -> dict[str,
 
     Token sums count only calls whose source reported usage; `calls_without_usage` says how many
     did not, so a zero is never mistaken for "not reported", and `calls_output_partial` how many
-    reported only a lower bound of their output.
+    reported only a lower bound of their output. A call logged again in another trace (a resumed
+    session's copy) is counted once; `calls_copied` says how many copies were left out.
     """
     totals = con.execute(
         """
+        WITH calls AS (SELECT * FROM llm_calls WHERE copy_of IS NULL)
         SELECT (SELECT count(*) FROM traces),
-               (SELECT count(*) FROM llm_calls),
-               (SELECT count(*) FROM tool_calls),
-               (SELECT coalesce(sum(input_tokens), 0) FROM llm_calls),
-               (SELECT coalesce(sum(cache_read_tokens), 0) FROM llm_calls),
-               (SELECT coalesce(sum(output_tokens), 0) FROM llm_calls),
-               (SELECT count(*) FILTER (WHERE NOT usage_reported) FROM llm_calls),
-               (SELECT count(*) FILTER (WHERE output_tokens_partial) FROM llm_calls),
+               (SELECT count(*) FROM calls),
+               (SELECT count(*) FROM tool_calls WHERE copy_of IS NULL),
+               (SELECT coalesce(sum(input_tokens), 0) FROM calls),
+               (SELECT coalesce(sum(cache_read_tokens), 0) FROM calls),
+               (SELECT coalesce(sum(output_tokens), 0) FROM calls),
+               (SELECT count(*) FILTER (WHERE NOT usage_reported) FROM calls),
+               (SELECT count(*) FILTER (WHERE output_tokens_partial) FROM calls),
+               (SELECT count(*) FROM llm_calls WHERE copy_of IS NOT NULL),
                (SELECT count(*) FROM rejects),
                (SELECT count(*) FROM sources),
                (SELECT count(DISTINCT workload) FROM traces)
@@ -38,6 +41,7 @@ def summarize(con: duckdb.DuckDBPyConnection, top_rejects: int = 5) -> dict[str,
         "output_tokens",
         "calls_without_usage",
         "calls_output_partial",
+        "calls_copied",
         "rejects",
         "files",
         "workloads",

@@ -114,6 +114,7 @@ def gap_stats(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Any]]:
             FROM llm_calls c
             JOIN trace_workloads w USING (trace_id)
             LEFT JOIN assistant a USING (trace_id, call_id)
+            WHERE c.copy_of IS NULL
         ),
         between AS (
             SELECT workload, end_ms,
@@ -139,6 +140,7 @@ def gap_stats(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Any]]:
                 - min(coalesce(epoch_ms(c.started_at)::DOUBLE, epoch_ms(c.ended_at) - c.duration_ms)))
                    / 1000.0 AS session_s
         FROM llm_calls c JOIN trace_workloads w USING (trace_id)
+        WHERE c.copy_of IS NULL
         GROUP BY w.workload, c.trace_id
         """
     ).fetchall()

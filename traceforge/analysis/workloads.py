@@ -213,7 +213,7 @@ def compute_workloads(
     )
     if estimates is None:
         needs = con.execute(
-            "SELECT count(*) FROM llm_calls WHERE cost_usd IS NULL"
+            "SELECT count(*) FROM llm_calls WHERE cost_usd IS NULL AND copy_of IS NULL"
             " AND (NOT usage_reported OR output_tokens_partial)"
         ).fetchall()[0][0]
         if needs:
@@ -235,7 +235,7 @@ def compute_workloads(
             SELECT coalesce(c.model, '(no model)') AS model, count(*) AS calls,
                    sum(c.input_tokens) AS input_tokens, sum(c.output_tokens) AS output_tokens
             FROM llm_calls c LEFT JOIN _tf_prices p ON p.model = c.model
-            WHERE c.cost_usd IS NULL AND p.model IS NULL
+            WHERE c.cost_usd IS NULL AND p.model IS NULL AND c.copy_of IS NULL
             GROUP BY 1 ORDER BY calls DESC, model
             """
         )
@@ -300,6 +300,7 @@ def _write_workloads(con: duckdb.DuckDBPyConnection, key: str) -> None:
                 JOIN trace_workloads w USING (trace_id)
                 LEFT JOIN _tf_prices p ON p.model = c.model
                 LEFT JOIN _tf_estimates e ON e.call_id = c.call_id
+                WHERE c.copy_of IS NULL  -- a response a resumed session logged again: counted once
             ),
             per_workload AS (
                 SELECT w.workload,

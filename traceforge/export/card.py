@@ -32,6 +32,7 @@ DROP_REASONS = {
     "arguments_not_an_object": "tool arguments that are not a JSON object",
     "unanswered_tool_call": "a tool call without a result",
     "result_without_call": "a tool result without its call",
+    "resumed_elsewhere": "copied whole into a resumed session, exported there",
     "over_max_messages": "more messages than --max-messages",
     "over_max_chars": "more characters than --max-chars",
     "over_max_tokens": "more tokens than --max-tokens",

@@ -92,12 +92,21 @@ def load_deps(
     A trace counts as analysed when it has a `trace_dag` row (the DAG analysis writes one for every
     trace with tool calls) or any `tool_deps` row. A trace with several calls and neither was never
     analysed: exporting it would claim every call independent, so callers leave it out.
+
+    A resumed session's copies of earlier calls (`tool_calls.copy_of`) are not in its own analysis:
+    they have the edges of the calls they copy, so its copied part is re-laid as the original is.
     """
     with store.registered_ids(con, "_tf_dep_ids", trace_ids):
         rows = con.execute(
             """
             SELECT trace_id, src_tool_call_id, dst_tool_call_id
             FROM tool_deps JOIN _tf_dep_ids USING (trace_id)
+            UNION ALL
+            SELECT s.trace_id, s.tool_call_id, d.tool_call_id
+            FROM tool_deps e
+            JOIN tool_calls s ON s.copy_of = e.src_tool_call_id
+            JOIN tool_calls d ON d.copy_of = e.dst_tool_call_id AND d.trace_id = s.trace_id
+            JOIN _tf_dep_ids ON _tf_dep_ids.trace_id = s.trace_id
             """
         ).fetchall()
         dag_rows = con.execute("SELECT trace_id FROM trace_dag JOIN _tf_dep_ids USING (trace_id)").fetchall()

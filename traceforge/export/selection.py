@@ -4,15 +4,17 @@ Steps, each counted so the dataset card can say what was left out and why:
 
 1. `matching_trace_ids`: the store's traces that match the criteria (workload, outcome, model,
    date range, minimum tool calls), in SQL.
-2. `over_limits`: length limits drop a conversation whole, never truncate it (a cut agent trace
+2. `resumed_elsewhere`: a conversation a resumed session copied whole (`claude --resume` starts a
+   new session with a copy of the one it resumes) is in the longer one already: exported there.
+3. `over_limits`: length limits drop a conversation whole, never truncate it (a cut agent trace
    loses its outcome): messages, characters, and tokens (the largest recorded input + output of one
    LLM call in the trace; where the source reported no usage, characters / 4).
-3. `deduplicate`: exact duplicates by a hash of the normalised text (case folded, whitespace
+4. `deduplicate`: exact duplicates by a hash of the normalised text (case folded, whitespace
    collapsed) of the system prompt, tools and messages; near duplicates by MinHash over 5-word
    shingles of the non-system messages (128-bin one-permutation MinHash, LSH with 16 bands of 8
    rows, then the estimated Jaccard similarity against `near_dup_threshold`). The first trace in
    (started_at, trace_id) order is kept.
-4. `split_of`: a trace's split is a function of the seed and its id only (a hash mapped to [0, 1)
+5. `split_of`: a trace's split is a function of the seed and its id only (a hash mapped to [0, 1)
    against the cumulative split fractions), so a trace is in one split in every export made with
    that seed, whatever else is selected; proportions are therefore close to, not exactly, the
    fractions asked for.
@@ -30,6 +32,7 @@ from datetime import datetime
 
 import duckdb
 
+from traceforge import store
 from traceforge.analysis.prefix_cache import DEFAULT_CHARS_PER_TOKEN
 from traceforge.export.source import Conversation, conversation_text, load_conversations
 
@@ -149,8 +152,11 @@ def select(
     """
     trace_ids = matching_trace_ids(con, criteria)
     dropped: Counter = Counter()
+    copied = resumed_elsewhere(con, trace_ids)
+    if copied:
+        dropped["resumed_elsewhere"] = len(copied)
     usable = []
-    for conversation in load_conversations(con, trace_ids):
+    for conversation in load_conversations(con, [t for t in trace_ids if t not in copied]):
         if conversation.problem:
             dropped[conversation.problem] += 1
             continue
@@ -199,6 +205,23 @@ def matching_trace_ids(con: duckdb.DuckDBPyConnection, criteria: Criteria) -> li
         sql += " WHERE " + " AND ".join(where)
     sql += " ORDER BY t.started_at NULLS LAST, t.trace_id"
     return [row[0] for row in con.execute(sql, params).fetchall()]
+
+
+def resumed_elsewhere(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> set[str]:
+    """The traces among `trace_ids` whose every LLM call was logged again in another trace (see
+    `traceforge.ingest.copies`): a session a resumed session copied whole."""
+    with store.registered_ids(con, "_tf_selected_ids", trace_ids):
+        rows = con.execute(
+            """
+            SELECT c.trace_id
+            FROM llm_calls c JOIN _tf_selected_ids USING (trace_id)
+            LEFT JOIN (SELECT DISTINCT copy_of AS call_id FROM llm_calls WHERE copy_of IS NOT NULL) k
+                   USING (call_id)
+            GROUP BY c.trace_id
+            HAVING bool_and(c.copy_of IS NOT NULL OR k.call_id IS NOT NULL)
+            """
+        ).fetchall()
+    return {row[0] for row in rows}
 
 
 def over_limits(conversation: Conversation, criteria: Criteria) -> str | None:

@@ -377,6 +377,7 @@ def _llm_call(lines: list[_Line], key: str, nodes: dict[str, _Line]) -> LlmCall:
     )
     anthropic_messages.apply_usage(call, final.message.get("usage"))
     call.output_tokens_partial = not _has_final_usage(lines)
+    call.response_key = _response_key(lines)
     cost = as_float(final.value.get("costUSD"))  # written by early Claude Code versions
     if cost is not None:
         call.cost_usd = cost
@@ -387,6 +388,16 @@ def _llm_call(lines: list[_Line], key: str, nodes: dict[str, _Line]) -> LlmCall:
         call.ended_at = max(times)
     call.duration_ms = duration_ms(call.started_at, call.ended_at)
     return call
+
+
+def _response_key(lines: list[_Line]) -> str | None:
+    """`message.id` and `requestId` together: a session resumed with `claude --resume` is a new
+    file that starts with a copy of the conversation it resumes, these ids included, so the same
+    response is logged in both files (the store counts it once: `llm_calls.copy_of`). Without a
+    request id a message id alone is not trusted across sessions (gateways have reused them)."""
+    message_id = as_id(lines[0].message.get("id"))
+    request_id = next(filter(None, (as_id(line.value.get("requestId")) for line in lines)), None)
+    return f"{message_id}/{request_id}" if message_id and request_id else None
 
 
 def _has_final_usage(lines: list[_Line]) -> bool:

@@ -25,6 +25,7 @@ import polars as pl
 
 from traceforge import store
 from traceforge.ingest import writer
+from traceforge.ingest.copies import mark_copies
 from traceforge.ingest.sources import sha256_file
 from traceforge.workers import ordered_map
 
@@ -135,6 +136,7 @@ def write_batch(
             for table in writer.SCHEMAS:
                 if rows.count(table):
                     store.insert_frame(con, table, rows.frame(table))
+        mark_copies(con)
 
 
 def _colliding(con: duckdb.DuckDBPyConnection, prepared: list[Prepared]) -> set[int]:

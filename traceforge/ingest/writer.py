@@ -17,6 +17,7 @@ import duckdb
 import polars as pl
 
 from traceforge import __version__, store
+from traceforge.ingest.copies import mark_copies
 from traceforge.ingest.values import clean_text, to_json
 from traceforge.model import ParseResult, Reject, Trace
 
@@ -55,6 +56,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "cost_usd": pl.Float64,
         "finish_reason": pl.Utf8,
         "source_line": pl.Int64,
+        "response_key": pl.Utf8,
     },
     "tool_calls": {
         "tool_call_id": pl.Utf8,
@@ -176,6 +178,7 @@ def write(con: duckdb.DuckDBPyConnection, files: list[ParsedFile]) -> None:
         for table in SCHEMAS:
             if rows.count(table):
                 store.insert_frame(con, table, rows.frame(table))
+        mark_copies(con)
 
 
 def _delete_source(con: duckdb.DuckDBPyConnection, path: str) -> None:
@@ -363,6 +366,7 @@ def _add_trace(rows: Rows, path: str, trace: Trace, ids: _Ids, by_source_id: dic
             cost_usd=call.cost_usd,
             finish_reason=call.finish_reason,
             source_line=call.source_line,
+            response_key=call.response_key,
         )
 
     def tool_id(local_id: str | None) -> str | None:

@@ -107,7 +107,15 @@ def _header(summary: dict[str, Any]) -> str:
     cards = [
         ("traces", _num(t["traces"])),
         ("workloads", _num(t["workloads"])),
-        ("LLM calls", _num(t["llm_calls"])),
+        (
+            "LLM calls",
+            _num(t["llm_calls"])
+            + (
+                f" <small>({_num(t['calls_copied'])} copies in resumed sessions not counted)</small>"
+                if t["calls_copied"]
+                else ""
+            ),
+        ),
         ("tool calls", _num(t["tool_calls"])),
         ("input tokens", f"{_num(t['input_tokens'])} <small>({cached:.0%} cached)</small>"),
         ("output tokens", output),

@@ -97,6 +97,11 @@ def render_summary(console: Console, summary: dict[str, Any], db: str) -> None:
             f"{t['calls_output_partial']} LLM calls logged only a lower bound of their output tokens "
             "(Claude Code streams): `out` undercounts; the profile estimates their output from the text."
         )
+    if t["calls_copied"]:
+        console.print(
+            f"{t['calls_copied']} LLM calls were logged again by resumed sessions (a copy of the "
+            "conversation they resume): counted once, in the session that made them."
+        )
     table = Table(
         title="Usage by workload and model",
         title_justify="left",
