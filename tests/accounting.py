@@ -46,7 +46,10 @@ def accounting_problems(con: duckdb.DuckDBPyConnection) -> list[str]:
                    AND r.error = s.error) AS file_rejects,
                (SELECT count(*) FROM rejects r WHERE r.source_path = s.path
                    AND coalesce(trim(r.error), '') = '') AS rejects_without_reason,
-               (SELECT count(*) FROM traces t WHERE t.source_path = s.path) AS trace_rows,
+               -- a trace joined from several files' spans (ingest.joins) counts in each of them
+               (SELECT count(*) FROM traces t WHERE t.source_path = s.path OR list_contains(
+                   coalesce(json_extract_string(t.attributes, '$.source_paths[*]'), []), s.path)
+               ) AS trace_rows,
                (SELECT count(*) FROM sources o WHERE o.path = s.duplicate_of) AS original_rows
         FROM sources s ORDER BY s.path
         """,

@@ -64,6 +64,8 @@ PASTED_INTO_SQL = {
     ("store.py", "table"): "insert_frame's table: writer.SCHEMAS and the analysis tables, named by callers",
     ("ingest/writer.py", "table"): "a loop over writer.SCHEMAS / TRACE_TABLES",
     ("ingest/writer.py", "column"): "an id column named by the writer",
+    ("ingest/writer.py", "_OWN_TRACES"): "a subquery written in the code (its path is bound)",
+    ("ingest/joins.py", "table"): "a loop over writer.TRACE_TABLES and traces",
     ("ingest/parallel.py", "table"): "a loop over writer.SCHEMAS",
     ("ingest/parallel.py", "column"): "parallel.ID_COLUMNS",
     ("lake.py", "table"): "a loop over the store's table names",

@@ -47,6 +47,8 @@ def ingest(paths, db, fmt, strict, as_json, verbose):
                 {
                     "files": [asdict(f) for f in report.files],
                     "problems": report.problems,
+                    "joined": report.joined,
+                    "left_apart": report.left_apart,
                     "totals": report.totals(),
                 },
                 indent=2,

@@ -22,7 +22,9 @@ from types import ModuleType
 
 import duckdb
 
+from traceforge import store
 from traceforge.ingest import detect, parallel, writer
+from traceforge.ingest.joins import JoinReport, join_split_traces
 from traceforge.ingest.sources import SourceError, expand_paths, sha256_file
 from traceforge.ingest.stream import ContentError, open_records
 from traceforge.ingest.writer import ParsedFile
@@ -54,6 +56,15 @@ class FileReport:
 class IngestReport:
     files: list[FileReport] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # arguments that matched nothing
+    joined: list[str] = field(default_factory=list)  # OTel traces joined from several files' spans
+    left_apart: dict[str, str] = field(default_factory=dict)  # OTel trace id -> why it was not
+
+    def add_joins(self, joins: JoinReport) -> None:
+        """A batch's joins: a trace joined again by a later batch is listed once; one whose parts a
+        later batch joined is no longer left apart."""
+        self.joined = list(dict.fromkeys([*self.joined, *joins.joined]))
+        self.left_apart = {k: v for k, v in self.left_apart.items() if k not in joins.joined}
+        self.left_apart.update(joins.left_apart)
 
     def totals(self) -> dict[str, int]:
         keys = ("records", "traces", "llm_calls", "tool_calls", "rejected")
@@ -133,12 +144,16 @@ def ingest_paths(
         batch_rows += rows
         batch_bytes += size
         if batch_rows >= BATCH_ROWS or batch_bytes >= BATCH_BYTES:
-            parallel.write_batch(con, batch, replaces, reparse)
+            report.add_joins(parallel.write_batch(con, batch, replaces, reparse))
             report.files.extend(batch_reports)
             batch, batch_reports, batch_rows, batch_bytes = [], [], 0, 0
     if batch:
-        parallel.write_batch(con, batch, replaces, reparse)
+        report.add_joins(parallel.write_batch(con, batch, replaces, reparse))
         report.files.extend(batch_reports)
+    elif not any(f.status in ("new", "changed", "duplicate") for f in report.files):
+        # nothing written: parts left apart earlier are joined once their files can be read again
+        with store.transaction(con):
+            report.add_joins(join_split_traces(con))
     return report
 
 

@@ -56,18 +56,8 @@ def sniff(sample: list[Record]) -> float:
 
 def parse(records: Iterable[Record], source_path: str) -> ParseResult:
     result = ParseResult()
-    by_trace: dict[str, list[Span]] = {}
-    log_events: list[LogEvent] = []
-    for record in records:
-        batch = read(record)
-        result.records += batch.units
-        result.rejects.extend(batch.rejects)
-        for kind, n in batch.skipped.items():
-            result.skip(kind, n)
-        for span in batch.spans:
-            by_trace.setdefault(span.trace_id, []).append(span)
-        log_events.extend(batch.log_events)
-    _attach_log_events(by_trace, log_events, result)
+    by_trace, log_events = spans_of(records, result=result)
+    attach_log_events(by_trace, log_events, result)
     for trace_id, spans in by_trace.items():
         trace = build_trace(trace_id, spans, result)
         if trace is not None:
@@ -75,7 +65,31 @@ def parse(records: Iterable[Record], source_path: str) -> ParseResult:
     return result
 
 
-def _attach_log_events(by_trace: dict[str, list[Span]], events: list[LogEvent], result: ParseResult) -> None:
+def spans_of(
+    records: Iterable[Record], trace_ids: set[str] | None = None, result: ParseResult | None = None
+) -> tuple[dict[str, list[Span]], list[LogEvent]]:
+    """The spans of `records` by trace id, and the log records that name a span; only those of
+    `trace_ids` when given (what `traceforge.ingest.joins` reads again of each file a trace is
+    spread over). `result`, when given, counts the records, rejects and skips."""
+    by_trace: dict[str, list[Span]] = {}
+    log_events: list[LogEvent] = []
+    for record in records:
+        batch = read(record)
+        if result is not None:
+            result.records += batch.units
+            result.rejects.extend(batch.rejects)
+            for kind, n in batch.skipped.items():
+                result.skip(kind, n)
+        for span in batch.spans:
+            if trace_ids is None or span.trace_id in trace_ids:
+                by_trace.setdefault(span.trace_id, []).append(span)
+        log_events.extend(e for e in batch.log_events if trace_ids is None or e.trace_id in trace_ids)
+    return by_trace, log_events
+
+
+def attach_log_events(by_trace: dict[str, list[Span]], events: list[LogEvent], result: ParseResult) -> None:
+    """Each log record as an event of the span it names (counted as skipped where that span is
+    not among `by_trace`'s)."""
     spans = {(s.trace_id, s.span_id): s for trace in by_trace.values() for s in trace}
     for log_event in events:
         span = spans.get((log_event.trace_id, log_event.span_id))

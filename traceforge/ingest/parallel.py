@@ -26,6 +26,7 @@ import polars as pl
 from traceforge import store
 from traceforge.ingest import writer
 from traceforge.ingest.copies import mark_copies
+from traceforge.ingest.joins import JoinReport, join_split_traces
 from traceforge.ingest.sources import sha256_file
 from traceforge.workers import ordered_map
 
@@ -105,13 +106,15 @@ def write_batch(
     items: list[Prepared | writer.ParsedFile],
     replaces: set[str],
     reparse: Callable[[str, str], writer.ParsedFile],
-) -> None:
+) -> JoinReport:
     """Write a batch in one transaction: prepared files whose ids are free as they are, the rest
-    (collisions, duplicates) through `writer` after parsing them again with `reparse(path, sha)`."""
+    (collisions, duplicates) through `writer` after parsing them again with `reparse(path, sha)`;
+    then join the OTel traces now spread over several files (`ingest.joins`) and mark the requests
+    logged twice (`ingest.copies`). Returns what was joined."""
+    replaced = [item.path for item in items if item.path in replaces]
     with store.transaction(con):
-        for item in items:
-            if item.path in replaces:
-                writer._delete_source(con, item.path)
+        for path in replaced:
+            writer._delete_source(con, path)
         prepared = [item for item in items if isinstance(item, Prepared)]
         colliding = _colliding(con, prepared)
         fast = [p for k, p in enumerate(prepared) if k not in colliding]
@@ -136,7 +139,9 @@ def write_batch(
             for table in writer.SCHEMAS:
                 if rows.count(table):
                     store.insert_frame(con, table, rows.frame(table))
+        joins = join_split_traces(con, replaced)
         mark_copies(con)
+    return joins
 
 
 def _colliding(con: duckdb.DuckDBPyConnection, prepared: list[Prepared]) -> set[int]:

@@ -181,13 +181,18 @@ def write(con: duckdb.DuckDBPyConnection, files: list[ParsedFile]) -> None:
         mark_copies(con)
 
 
+# The traces a file holds alone: a trace joined from several files' spans (`ingest.joins`) is built
+# again from them when one is written again, so it is not deleted with one of them.
+_OWN_TRACES = (
+    "SELECT trace_id FROM traces WHERE source_path = ? "
+    "AND NOT coalesce(json_exists(attributes, '$.source_paths'), false)"
+)
+
+
 def _delete_source(con: duckdb.DuckDBPyConnection, path: str) -> None:
     for table in TRACE_TABLES:
-        con.execute(
-            f"DELETE FROM {table} WHERE trace_id IN (SELECT trace_id FROM traces WHERE source_path = ?)",
-            [path],
-        )
-    con.execute("DELETE FROM traces WHERE source_path = ?", [path])
+        con.execute(f"DELETE FROM {table} WHERE trace_id IN ({_OWN_TRACES})", [path])
+    con.execute(f"DELETE FROM traces WHERE trace_id IN ({_OWN_TRACES})", [path])
     con.execute("DELETE FROM rejects WHERE source_path = ?", [path])
     con.execute("DELETE FROM sources WHERE path = ?", [path])
 

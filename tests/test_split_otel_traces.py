@@ -1,0 +1,162 @@
+"""OpenTelemetry traces whose spans a collector wrote to two files (a rotation in the middle of the
+trace): ingested together, one after the other, in either order, or with the file still being
+written, they give the trace the whole file gives.
+
+The recorded fixture `otel_genai_current.jsonl` holds trace 5b8e... over its two lines (two
+export batches); cutting the file between the lines is what a size-rotating file exporter does."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from traceforge import store
+from traceforge.cli import cli
+
+FIXTURE = Path(__file__).parent / "fixtures" / "otlp" / "otel_genai_current.jsonl"
+SPLIT = "5b8efff798038103d269b633813fc60c"  # spans on both lines of the fixture
+
+# Everything a trace is made of, without where it was read from.
+CONTENT = {
+    "traces": "SELECT trace_id, started_at, ended_at, outcome, workload, agent, "
+    "json_remove(attributes, '$.source_paths') FROM traces",
+    "llm_calls": "SELECT * EXCLUDE (source_line) FROM llm_calls",
+    "tool_calls": "SELECT * FROM tool_calls",
+    "messages": "SELECT * FROM messages",
+    "tool_defs": "SELECT * FROM tool_defs",
+    "trace_dag": "SELECT * EXCLUDE (settings) FROM trace_dag",
+    "tool_deps": "SELECT * FROM tool_deps",
+}
+
+
+def lines() -> list[str]:
+    return FIXTURE.read_text().splitlines(keepends=True)
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def run(runner, *args: str) -> str:
+    result = runner.invoke(cli, list(args))
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def ingest(runner, db: Path, *paths: Path) -> dict:
+    return json.loads(run(runner, "ingest", *map(str, paths), "--db", str(db), "--json"))
+
+
+def content(runner, db: Path) -> dict[str, list[tuple]]:
+    run(runner, "deps", "--db", str(db))
+    con = store.connect(db)
+    try:
+        return {table: sorted(con.execute(sql).fetchall(), key=repr) for table, sql in CONTENT.items()}
+    finally:
+        con.close()
+
+
+def where_from(db: Path) -> list[tuple]:
+    con = store.connect(db)
+    try:
+        return con.execute(
+            "SELECT trace_id, source_path, attributes->'$.source_paths' FROM traces ORDER BY 1"
+        ).fetchall()
+    finally:
+        con.close()
+
+
+def whole(runner, tmp_path: Path) -> dict[str, list[tuple]]:
+    db = tmp_path / "whole.duckdb"
+    ingest(runner, db, write(tmp_path / "whole" / "export.jsonl", FIXTURE.read_text()))
+    return content(runner, db)
+
+
+def test_a_trace_over_two_files_ingested_together_is_the_trace_of_the_whole_file(runner, tmp_path):
+    first, second = lines()
+    rotated = write(tmp_path / "logs" / "traces-1.jsonl", first)
+    active = write(tmp_path / "logs" / "traces.jsonl", second)
+    db = tmp_path / "store.duckdb"
+    report = ingest(runner, db, tmp_path / "logs")
+    assert report["joined"] == [SPLIT] and report["left_apart"] == {}
+    assert content(runner, db) == whole(runner, tmp_path)
+    sources = dict((row[0], row[1:]) for row in where_from(db))
+    # the joined trace names both files; it was first seen (its root span) in the second one
+    assert sources[SPLIT] == (
+        str(active),
+        json.dumps(sorted([str(rotated), str(active)]), separators=(",", ":")),
+    )
+    output = run(runner, "ingest", str(tmp_path / "logs"), "--db", str(db))
+    assert "Nothing new" in output and "Joined" not in output
+
+
+def test_files_ingested_one_after_the_other_in_either_order_are_joined(runner, tmp_path):
+    first, second = lines()
+    a = write(tmp_path / "a" / "traces-1.jsonl", first)
+    b = write(tmp_path / "b" / "traces-2.jsonl", second)
+    expected = whole(runner, tmp_path)
+    for name, order in (("forward", (a, b)), ("backward", (b, a))):
+        db = tmp_path / f"{name}.duckdb"
+        assert ingest(runner, db, order[0])["joined"] == []
+        parts = ingest(runner, db, order[1])
+        assert parts["joined"] == [SPLIT], name
+        assert content(runner, db) == expected, name
+
+
+def without_trace(line: str, trace_id: str) -> str:
+    """An export batch without the spans of one trace."""
+    document = json.loads(line)
+    for resource in document["resourceSpans"]:
+        for scope in resource["scopeSpans"]:
+            scope["spans"] = [span for span in scope["spans"] if span["traceId"] != trace_id]
+    return json.dumps(document) + "\n"
+
+
+def test_the_file_still_being_written_is_joined_again_with_its_new_content(runner, tmp_path):
+    """The collector appends to its active file, so the next ingest reads it as changed. The joined
+    trace is built again from both files: it neither loses the other file's spans nor keeps the
+    active file's old content, whichever file holds the trace's first span."""
+    first, second = lines()
+    other = second.replace(SPLIT, "e" * 32).replace("0af7651916cd43dd8448eb211c80319c", "d" * 32)
+    cases = {
+        # the trace's later spans arrive in the active file after the first ingest
+        "spans-arrive": (first, without_trace(second, SPLIT), second, first + second),
+        # the active file holds the trace's first span and gets another trace appended
+        "root-in-active": (first, second, second + other, first + second + other),
+    }
+    for name, (rotated_text, before, after, whole_text) in cases.items():
+        folder = tmp_path / name
+        rotated = write(folder / "logs" / "traces-1.jsonl", rotated_text)
+        active = write(folder / "logs" / "traces.jsonl", before)
+        db = folder / "store.duckdb"
+        ingest(runner, db, rotated, active)
+        write(active, after)
+        report = ingest(runner, db, rotated, active)
+        assert report["totals"]["files_changed"] == 1 and report["joined"] == [SPLIT], name
+        expected = folder / "whole.duckdb"
+        ingest(runner, expected, write(folder / "whole" / "export.jsonl", whole_text))
+        assert content(runner, db) == content(runner, expected), name
+
+
+def test_parts_whose_other_file_is_gone_are_kept_and_joined_when_it_is_back(runner, tmp_path):
+    first, second = lines()
+    a = write(tmp_path / "a" / "traces-1.jsonl", first)
+    b = write(tmp_path / "b" / "traces-2.jsonl", second)
+    db = tmp_path / "store.duckdb"
+    ingest(runner, db, a)
+    os.remove(a)
+    report = ingest(runner, db, b)
+    assert report["joined"] == []
+    assert f"{a} cannot be read again" in report["left_apart"][SPLIT]
+    parts = [row[0] for row in where_from(db) if row[0].startswith(SPLIT)]
+    assert len(parts) == 2 and SPLIT in parts  # both parts kept: nothing read is lost
+    text = run(runner, "ingest", str(b), "--db", str(db))
+    assert "kept in parts" in text and "cannot be read again" in text
+    write(a, first)  # the file back where it was: the next ingest joins the parts
+    report = ingest(runner, db, a, b)
+    assert report["totals"]["files_unchanged"] == 2 and report["joined"] == [SPLIT]
+    assert [row[0] for row in where_from(db) if row[0].startswith(SPLIT)] == [SPLIT]
+    assert content(runner, db) == whole(runner, tmp_path)
