@@ -91,6 +91,8 @@ def test_a_trace_over_two_files_ingested_together_is_the_trace_of_the_whole_file
     )
     output = run(runner, "ingest", str(tmp_path / "logs"), "--db", str(db))
     assert "Nothing new" in output and "Joined" not in output
+    output = run(runner, "ingest", str(tmp_path / "logs"), "--db", str(tmp_path / "fresh.duckdb"))
+    assert "Joined 1 OTel trace whose spans were spread over several files" in output
 
 
 def test_files_ingested_one_after_the_other_in_either_order_are_joined(runner, tmp_path):

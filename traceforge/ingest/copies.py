@@ -44,11 +44,11 @@ WHERE c.response_key IS NOT NULL AND o.tool_call_id IS DISTINCT FROM tc.copy_of
 """
 
 
-def mark_copies(con: duckdb.DuckDBPyConnection) -> int:
-    """Bring `copy_of` up to date with the store's calls; returns how many rows changed. Runs in
-    the caller's transaction (the ingest's write), so the marks commit with the rows they mark."""
+def mark_copies(con: duckdb.DuckDBPyConnection) -> None:
+    """Bring `copy_of` up to date with the store's calls. Runs in the caller's transaction (the
+    ingest's write), so the marks commit with the rows they mark."""
     if not con.execute("SELECT count(*) FROM llm_calls WHERE response_key IS NOT NULL").fetchone()[0]:
-        return 0
+        return
     con.execute(_CALL_COPIES)
     con.execute(
         "UPDATE llm_calls SET copy_of = d.copy_of FROM _tf_call_copies d WHERE llm_calls.call_id = d.call_id"
@@ -66,9 +66,5 @@ def mark_copies(con: duckdb.DuckDBPyConnection) -> int:
             f"DELETE FROM {table} WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))",
             [[row[0] for row in changed]],
         )
-    rows = con.execute(
-        "SELECT (SELECT count(*) FROM _tf_call_copies) + (SELECT count(*) FROM _tf_tool_copies)"
-    ).fetchone()[0]
     con.execute("DROP TABLE _tf_call_copies")
     con.execute("DROP TABLE _tf_tool_copies")
-    return rows
