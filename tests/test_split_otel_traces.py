@@ -162,3 +162,19 @@ def test_parts_whose_other_file_is_gone_are_kept_and_joined_when_it_is_back(runn
     assert report["totals"]["files_unchanged"] == 2 and report["joined"] == [SPLIT]
     assert [row[0] for row in where_from(db) if row[0].startswith(SPLIT)] == [SPLIT]
     assert content(runner, db) == whole(runner, tmp_path)
+
+
+def test_parts_whose_other_file_changed_on_disk_are_joined_when_it_is_ingested_again(runner, tmp_path):
+    first, second = lines()
+    a = write(tmp_path / "a" / "traces-1.jsonl", first)
+    b = write(tmp_path / "b" / "traces-2.jsonl", second)
+    db = tmp_path / "store.duckdb"
+    ingest(runner, db, a)
+    write(a, first + "\n")  # the bytes the store read are no longer on disk
+    report = ingest(runner, db, b)
+    assert (
+        report["left_apart"][SPLIT] == f"{a} has changed since it was ingested; ingest it again to join them"
+    )
+    report = ingest(runner, db, a)
+    assert report["totals"]["files_changed"] == 1 and report["joined"] == [SPLIT]
+    assert content(runner, db) == whole(runner, tmp_path)

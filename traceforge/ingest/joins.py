@@ -25,18 +25,18 @@ import duckdb
 
 from traceforge import store
 from traceforge.ingest import otlp, writer
-from traceforge.ingest.otel_wire import EPOCH, LogEvent, Span
+from traceforge.ingest.otel_wire import LogEvent, Span
 from traceforge.ingest.sources import SourceError, sha256_file
 from traceforge.ingest.stream import open_records
 from traceforge.model import ParseResult, Trace
 
-# OTel traces by their OTel id (the writer's suffixes `@<hash>` and `~<n>` taken off), with every
+# OTel traces by their OTel id (the writer's `TRACE_ID_SUFFIX` taken off), with every
 # file that holds spans of them: those held by several stored traces, and the joined ones that
 # involve a file written again in this transaction.
 _GROUPS = """
 WITH otel AS (
     SELECT trace_id,
-           regexp_replace(trace_id, '@[0-9a-f]{8}(~[0-9]+)?$', '') AS otel_id,
+           regexp_replace(trace_id, ?, '') AS otel_id,
            CASE WHEN json_exists(attributes, '$.source_paths')
                 THEN json_extract_string(attributes, '$.source_paths[*]')
                 ELSE [source_path] END AS paths
@@ -71,10 +71,8 @@ def join_split_traces(con: duckdb.DuckDBPyConnection, replaced: Iterable[str] = 
     """Join the stored parts of every OTel trace spread over several files; `replaced` are the
     files this transaction wrote again with new content. Runs in the caller's transaction."""
     report = JoinReport()
-    groups = [
-        _Group(otel_id, trace_ids, paths)
-        for otel_id, trace_ids, paths in con.execute(_GROUPS, [otlp.FORMAT, sorted(replaced)]).fetchall()
-    ]
+    found = con.execute(_GROUPS, [writer.TRACE_ID_SUFFIX, otlp.FORMAT, sorted(replaced)]).fetchall()
+    groups = [_Group(otel_id, trace_ids, paths) for otel_id, trace_ids, paths in found]
     if not groups:
         return report
     _read_spans(con, groups)
@@ -139,7 +137,7 @@ def _joined_trace(group: _Group) -> tuple[Trace, str] | None:
     if trace is None:
         return None
     files = {id(span): path for path, span in group.spans}
-    first = min((span for _, span in group.spans), key=lambda s: (s.start is None, s.start or EPOCH, s.line))
+    first = min((span for _, span in group.spans), key=otlp.start_key)
     primary = files[id(first)]
     trace.source_line = min(span.line for path, span in group.spans if path == primary)
     trace.attributes["source_paths"] = sorted({path for path, _ in group.spans})

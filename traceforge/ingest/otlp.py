@@ -99,7 +99,8 @@ def attach_log_events(by_trace: dict[str, list[Span]], events: list[LogEvent], r
             span.events.append(log_event.event)
 
 
-def _start_key(span: Span) -> tuple[bool, datetime, int]:
+def start_key(span: Span) -> tuple[bool, datetime, int]:
+    """Spans in the order they started (those without a start time last, then by line)."""
     return (span.start is None, span.start or EPOCH, span.line)
 
 
@@ -120,8 +121,8 @@ def build_trace(trace_id: str, spans: list[Span], result: ParseResult) -> Trace 
             kind = f"{roles[span.span_id]} span"
             skipped[kind] = skipped.get(kind, 0) + 1
             result.skip(kind)
-    llm_spans = sorted((s for s in spans if roles[s.span_id] == LLM), key=_start_key)
-    tool_spans = sorted((s for s in spans if roles[s.span_id] == TOOL), key=_start_key)
+    llm_spans = sorted((s for s in spans if roles[s.span_id] == LLM), key=start_key)
+    tool_spans = sorted((s for s in spans if roles[s.span_id] == TOOL), key=start_key)
     if not llm_spans and not tool_spans:
         return None
 
@@ -144,7 +145,7 @@ def build_trace(trace_id: str, spans: list[Span], result: ParseResult) -> Trace 
         if definition is not None and definition.name not in defined:
             defined.add(definition.name)
             trace.tool_defs.append(definition)
-    _describe(trace, spans, sorted(spans, key=_start_key), dialects, skipped)
+    _describe(trace, spans, sorted(spans, key=start_key), dialects, skipped)
     return trace
 
 

@@ -236,6 +236,12 @@ def _unique(wanted: dict[Any, str], fallback: dict[Any, str], in_store: set[str]
     return out
 
 
+# What `_unique` and `_assign_ids` add to a trace id the store or the batch already holds: `@` and its
+# file's hash prefix, then `~<n>` if even that is taken. A regular expression for SQL's
+# regexp_replace, which takes it off again (`ingest.joins` finds a trace's parts by it).
+TRACE_ID_SUFFIX = r"@[0-9a-f]{8}(~[0-9]+)?$"
+
+
 def _assign_ids(con: duckdb.DuckDBPyConnection | None, files: list[ParsedFile]) -> _Ids:
     traces = [(parsed, t) for parsed in files for t in parsed.result.traces]
     wanted = {id(t): t.source_id for _, t in traces}
