@@ -11,62 +11,14 @@ import json
 import os
 from pathlib import Path
 
-from traceforge import store
-from traceforge.cli import cli
+from split_traces import content, ingest, run, where_from, write
 
 FIXTURE = Path(__file__).parent / "fixtures" / "otlp" / "otel_genai_current.jsonl"
 SPLIT = "5b8efff798038103d269b633813fc60c"  # spans on both lines of the fixture
 
-# Everything a trace is made of, without where it was read from.
-CONTENT = {
-    "traces": "SELECT trace_id, started_at, ended_at, outcome, workload, agent, "
-    "json_remove(attributes, '$.source_paths') FROM traces",
-    "llm_calls": "SELECT * EXCLUDE (source_line) FROM llm_calls",
-    "tool_calls": "SELECT * FROM tool_calls",
-    "messages": "SELECT * FROM messages",
-    "tool_defs": "SELECT * FROM tool_defs",
-    "trace_dag": "SELECT * EXCLUDE (settings) FROM trace_dag",
-    "tool_deps": "SELECT * FROM tool_deps",
-}
-
 
 def lines() -> list[str]:
     return FIXTURE.read_text().splitlines(keepends=True)
-
-
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
-
-
-def run(runner, *args: str) -> str:
-    result = runner.invoke(cli, list(args))
-    assert result.exit_code == 0, result.output
-    return result.output
-
-
-def ingest(runner, db: Path, *paths: Path) -> dict:
-    return json.loads(run(runner, "ingest", *map(str, paths), "--db", str(db), "--json"))
-
-
-def content(runner, db: Path) -> dict[str, list[tuple]]:
-    run(runner, "deps", "--db", str(db))
-    con = store.connect(db)
-    try:
-        return {table: sorted(con.execute(sql).fetchall(), key=repr) for table, sql in CONTENT.items()}
-    finally:
-        con.close()
-
-
-def where_from(db: Path) -> list[tuple]:
-    con = store.connect(db)
-    try:
-        return con.execute(
-            "SELECT trace_id, source_path, attributes->'$.source_paths' FROM traces ORDER BY 1"
-        ).fetchall()
-    finally:
-        con.close()
 
 
 def whole(runner, tmp_path: Path) -> dict[str, list[tuple]]:
@@ -92,7 +44,7 @@ def test_a_trace_over_two_files_ingested_together_is_the_trace_of_the_whole_file
     output = run(runner, "ingest", str(tmp_path / "logs"), "--db", str(db))
     assert "Nothing new" in output and "Joined" not in output
     output = run(runner, "ingest", str(tmp_path / "logs"), "--db", str(tmp_path / "fresh.duckdb"))
-    assert "Joined 1 OTel trace whose spans were spread over several files" in output
+    assert "Joined 1 trace whose spans or observations were spread over several files" in output
 
 
 def test_files_ingested_one_after_the_other_in_either_order_are_joined(runner, tmp_path):

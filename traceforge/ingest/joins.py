@@ -1,13 +1,16 @@
-"""OpenTelemetry traces whose spans lie in more than one file, joined into one trace.
+"""Traces whose parts lie in more than one file, joined into one trace: OpenTelemetry spans and
+Langfuse observations.
 
-A collector's file exporter rotates its output (by size or age), so a trace that was running at a
-rotation has spans in two files, or more; so does a trace exported from two places. Files are parsed
-one at a time (in parallel), and the writer keeps ids unique: the trace of a later file gets the OTel
-trace id suffixed `@<its file's hash>`. After every write, in the write's transaction,
-`join_split_traces` finds the OTel traces held by more than one file, reads those files' spans of
-the trace again, and puts one trace built from all of them in place of the parts, under the OTel
-trace id (a span found in two files counts once). Its `source_path` is the file of its first span;
-`attributes.source_paths` lists every file that holds spans of it.
+A collector's file exporter rotates its output (by size or age), and Langfuse's scheduled exports
+and API pages cut the observations table by time or count, so a trace that was running at a cut
+has parts in two files, or more; so does a trace exported from two places. Files are parsed one at
+a time (in parallel), and the writer keeps ids unique: the trace of a later file gets its id
+suffixed `@<its file's hash>`. After every write, in the write's transaction, `join_split_traces`
+finds the traces held by more than one file (by their OTel trace id, or their Langfuse trace id),
+reads those files' parts of the trace again, and puts the traces built from all of them in place of
+the parts, under their own ids (a span or observation found in two files counts once). Their
+`source_path` is the file of the trace's first span or observation; `attributes.source_paths` lists
+every file that holds part of it.
 
 A file read again must be the file ingested (the same SHA-256): where one has changed or gone, the
 parts stay as they are and the ingest report says why; ingesting the changed file joins them. A
@@ -17,102 +20,156 @@ content.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
 from traceforge import store
-from traceforge.ingest import otlp, writer
+from traceforge.ingest import langfuse, otlp, writer
 from traceforge.ingest.otel_wire import LogEvent, Span
-from traceforge.ingest.sources import SourceError, sha256_file
+from traceforge.ingest.sources import Record, SourceError, sha256_file
 from traceforge.ingest.stream import open_records
 from traceforge.model import ParseResult, Trace
 
-# OTel traces by their OTel id (the writer's `TRACE_ID_SUFFIX` taken off), with every
-# file that holds spans of them: those held by several stored traces, and the joined ones that
-# involve a file written again in this transaction.
+# Traces by the id that names them in every file (a Langfuse trace's several conversations share
+# it), with every file that holds part of them: those held by several files, and the joined ones
+# that involve a file written again in this transaction.
 _GROUPS = """
-WITH otel AS (
+WITH parts AS (
     SELECT trace_id,
-           regexp_replace(trace_id, ?, '') AS otel_id,
+           source_format,
+           source_path,
+           CASE WHEN source_format = ? THEN json_extract_string(attributes, '$.conversation_id')
+                ELSE regexp_replace(trace_id, ?, '') END AS key,
            CASE WHEN json_exists(attributes, '$.source_paths')
                 THEN json_extract_string(attributes, '$.source_paths[*]')
                 ELSE [source_path] END AS paths
     FROM traces
-    WHERE source_format = ?
+    WHERE source_format IN (SELECT unnest(?::VARCHAR[]))
 )
-SELECT otel_id, list(trace_id ORDER BY trace_id), list_sort(list_distinct(flatten(list(paths))))
-FROM otel
-GROUP BY otel_id
-HAVING count(*) > 1 OR bool_or(len(paths) > 1 AND list_has_any(paths, ?::VARCHAR[]))
-ORDER BY otel_id
+SELECT source_format, key, list(trace_id ORDER BY trace_id), list_sort(list_distinct(flatten(list(paths))))
+FROM parts
+WHERE key IS NOT NULL
+GROUP BY source_format, key
+HAVING count(DISTINCT source_path) > 1 OR bool_or(len(paths) > 1 AND list_has_any(paths, ?::VARCHAR[]))
+ORDER BY source_format, key
 """
+
+
+# A file's `traces` count after a join: the traces holding its data, a joined one in each of its files
+# (joining can change how many there are: a sub-agent's conversation in one file and its parent's
+# in another make one trace with a child, each holding both files' data).
+_RECOUNT = """
+UPDATE sources SET traces = (
+    SELECT count(*) FROM traces t
+    WHERE t.source_path = sources.path
+       OR list_contains(coalesce(json_extract_string(t.attributes, '$.source_paths[*]'), []), sources.path)
+)
+WHERE path IN (SELECT unnest(?::VARCHAR[]))
+"""
+
+
+@dataclass(frozen=True)
+class _Joinable:
+    """How a format's parts of one trace are read again from a file and put together."""
+
+    read: Callable[[Iterable[Record], set[str]], dict[str, list[Any]]]  # wanted keys -> a file's parts
+    build: Callable[[str, list[Any]], list[Trace]]  # every file's parts -> the trace(s); [] if none
+    start: Callable[[Any], tuple[bool, datetime, int] | None]  # a part's (no time, time, line)
+
+
+def _otlp_parts(records: Iterable[Record], wanted: set[str]) -> dict[str, list[Span | LogEvent]]:
+    spans, events = otlp.spans_of(records, wanted)
+    parts: dict[str, list[Span | LogEvent]] = {key: list(found) for key, found in spans.items()}
+    for event in events:
+        parts.setdefault(event.trace_id, []).append(event)
+    return parts
+
+
+def _otlp_traces(key: str, parts: list[Span | LogEvent]) -> list[Trace]:
+    by_trace = {key: [part for part in parts if isinstance(part, Span)]}
+    otlp.attach_log_events(by_trace, [part for part in parts if isinstance(part, LogEvent)], ParseResult())
+    trace = otlp.build_trace(key, by_trace[key], ParseResult())
+    return [trace] if trace is not None else []
+
+
+JOINABLE = {
+    otlp.FORMAT: _Joinable(
+        _otlp_parts, _otlp_traces, lambda part: otlp.start_key(part) if isinstance(part, Span) else None
+    ),
+    langfuse.FORMAT: _Joinable(langfuse.items_of, langfuse.traces_of, langfuse.start_key),
+}
 
 
 @dataclass
 class JoinReport:
-    joined: list[str] = field(default_factory=list)  # trace ids now built from several files
-    left_apart: dict[str, str] = field(default_factory=dict)  # OTel trace id -> why its parts were not
+    joined: list[str] = field(default_factory=list)  # OTel / Langfuse trace ids now built from several files
+    left_apart: dict[str, str] = field(default_factory=dict)  # such an id -> why its parts were not
 
 
 @dataclass
 class _Group:
-    otel_id: str
+    source_format: str
+    key: str
     trace_ids: list[str]
     paths: list[str]
-    spans: list[tuple[str, Span]] = field(default_factory=list)  # (file, span)
-    log_events: list[LogEvent] = field(default_factory=list)
+    parts: list[tuple[str, Any]] = field(default_factory=list)  # (file, a span, observation ...)
     problem: str | None = None
 
 
 def join_split_traces(con: duckdb.DuckDBPyConnection, replaced: Iterable[str] = ()) -> JoinReport:
-    """Join the stored parts of every OTel trace spread over several files; `replaced` are the
-    files this transaction wrote again with new content. Runs in the caller's transaction."""
+    """Join the stored parts of every trace spread over several files; `replaced` are the files
+    this transaction wrote again with new content. Runs in the caller's transaction."""
     report = JoinReport()
-    found = con.execute(_GROUPS, [writer.TRACE_ID_SUFFIX, otlp.FORMAT, sorted(replaced)]).fetchall()
-    groups = [_Group(otel_id, trace_ids, paths) for otel_id, trace_ids, paths in found]
+    found = con.execute(
+        _GROUPS, [langfuse.FORMAT, writer.TRACE_ID_SUFFIX, sorted(JOINABLE), sorted(replaced)]
+    ).fetchall()
+    groups = [_Group(*row) for row in found]
     if not groups:
         return report
-    _read_spans(con, groups)
+    _read_parts(con, groups)
     for group in groups:
-        joined = None if group.problem else _joined_trace(group)
+        joined = None if group.problem else _joined_traces(group)
         if joined is None:
-            report.left_apart[group.otel_id] = group.problem or "no LLM or tool span is left in its files"
+            report.left_apart[group.key] = (
+                group.problem or "no LLM call or tool execution is left in its files"
+            )
             continue
-        _replace(con, group.trace_ids, *joined)
-        report.joined.append(group.otel_id)
+        _replace(con, group, *joined)
+        report.joined.append(group.key)
     return report
 
 
-def _read_spans(con: duckdb.DuckDBPyConnection, groups: list[_Group]) -> None:
-    """Each group's spans, reading every file once for all the traces wanted of it."""
-    wanted: dict[str, list[_Group]] = {}
+def _read_parts(con: duckdb.DuckDBPyConnection, groups: list[_Group]) -> None:
+    """Each group's parts, reading every file once for all the traces wanted of it."""
+    wanted: dict[tuple[str, str], list[_Group]] = {}
     for group in groups:
         for path in group.paths:
-            wanted.setdefault(path, []).append(group)
+            wanted.setdefault((path, group.source_format), []).append(group)
     ingested = dict(
         con.execute(
-            "SELECT path, sha256 FROM sources WHERE path IN (SELECT unnest(?::VARCHAR[]))", [sorted(wanted)]
+            "SELECT path, sha256 FROM sources WHERE path IN (SELECT unnest(?::VARCHAR[]))",
+            [sorted({path for path, _ in wanted})],
         ).fetchall()
     )
-    for path, readers in wanted.items():
+    for (path, source_format), readers in sorted(wanted.items()):
         problem = _unreadable(path, ingested.get(path))
-        spans: dict[str, list[Span]] = {}
-        events: list[LogEvent] = []
+        parts: dict[str, list[Any]] = {}
         if problem is None:
             try:
                 opened = open_records(Path(path), [], ingested[path])
-                spans, events = otlp.spans_of(opened.records, {g.otel_id for g in readers})
+                parts = JOINABLE[source_format].read(opened.records, {g.key for g in readers})
             except SourceError as exc:
                 problem = f"{path} cannot be read again ({exc})"
         for group in readers:
             if problem is not None:
                 group.problem = group.problem or problem
                 continue
-            group.spans.extend((path, span) for span in spans.get(group.otel_id, []))
-            group.log_events.extend(e for e in events if e.trace_id == group.otel_id)
+            group.parts.extend((path, part) for part in parts.get(group.key, []))
 
 
 def _unreadable(path: str, sha256: str | None) -> str | None:
@@ -128,30 +185,35 @@ def _unreadable(path: str, sha256: str | None) -> str | None:
     return None
 
 
-def _joined_trace(group: _Group) -> tuple[Trace, str] | None:
-    """One trace of the group's spans from all its files, and the file of its first span; None when
-    none of them is an LLM or tool span."""
-    by_trace = {group.otel_id: [span for _, span in group.spans]}
-    otlp.attach_log_events(by_trace, group.log_events, ParseResult())
-    trace = otlp.build_trace(group.otel_id, by_trace[group.otel_id], ParseResult())
-    if trace is None:
+def _joined_traces(group: _Group) -> tuple[list[Trace], str, int | None] | None:
+    """The traces of the group's parts from all its files, the file of its first span or
+    observation and that part's line there; None when no LLM call or tool execution is left."""
+    joinable = JOINABLE[group.source_format]
+    traces = joinable.build(group.key, [part for _, part in group.parts])
+    starts = [(start, path) for path, part in group.parts if (start := joinable.start(part)) is not None]
+    if not traces or not starts:
         return None
-    files = {id(span): path for path, span in group.spans}
-    first = min((span for _, span in group.spans), key=otlp.start_key)
-    primary = files[id(first)]
-    trace.source_line = min(span.line for path, span in group.spans if path == primary)
-    trace.attributes["source_paths"] = sorted({path for path, _ in group.spans})
-    return trace, primary
+    primary = min(starts)[1]
+    line = min(start[2] for start, path in starts if path == primary)
+    for trace in traces:
+        trace.attributes["source_paths"] = sorted({path for path, _ in group.parts})
+    return traces, primary, line
 
 
-def _replace(con: duckdb.DuckDBPyConnection, trace_ids: list[str], trace: Trace, primary: str) -> None:
-    """The parts' rows (and their analysis) deleted, the joined trace written in their place."""
+def _replace(
+    con: duckdb.DuckDBPyConnection, group: _Group, traces: list[Trace], primary: str, line: int | None
+) -> None:
+    """The parts' rows (and their analysis) deleted, the joined traces written in their place."""
     for table in (*writer.TRACE_TABLES, "traces"):
-        con.execute(f"DELETE FROM {table} WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))", [trace_ids])
-    parsed = writer.ParsedFile(primary, "", 0, otlp.FORMAT, ParseResult(traces=[trace]))
+        con.execute(f"DELETE FROM {table} WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))", [group.trace_ids])
+    parsed = writer.ParsedFile(primary, "", 0, group.source_format, ParseResult(traces=traces))
     ids = writer._assign_ids(con, [parsed])
+    by_source_id = {trace.source_id: ids.trace[id(trace)] for trace in traces}
     rows = writer.Rows()
-    writer._add_trace(rows, primary, trace, ids, {})
+    for trace in traces:
+        trace.source_line = line
+        writer._add_trace(rows, primary, trace, ids, by_source_id)
     for table in writer.SCHEMAS:
         if rows.count(table):
             store.insert_frame(con, table, rows.frame(table))
+    con.execute(_RECOUNT, [group.paths])

@@ -29,6 +29,7 @@ of the output buckets. A producer that passed overlapping counts shows itself by
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from traceforge.ingest import span_traces, traced_messages
@@ -47,7 +48,7 @@ from traceforge.ingest.values import (
     parse_time,
     text_of,
 )
-from traceforge.model import LlmCall, ParseResult, Reject, ToolDef
+from traceforge.model import LlmCall, ParseResult, Reject, ToolDef, Trace
 
 FORMAT = "langfuse"
 OBSERVATION_TYPES = {
@@ -324,15 +325,16 @@ def _trace_info(trace: dict | None, observations: list[dict]) -> TraceInfo:
 
 def parse(records: Iterable[Record], source_path: str) -> ParseResult:
     result = ParseResult()
-    traces: dict[str, dict] = {}
+    trace_records: dict[str, dict] = {}
     observations: dict[str, list[tuple[dict, int]]] = {}
     for record in records:
         for item, line in _expand(record):
             result.records += 1
             if is_trace(item):
-                if str(item["id"]) in traces:  # exported twice (overlapping pages or files): the last wins
+                # exported twice (overlapping pages or files): the last wins
+                if str(item["id"]) in trace_records:
                     result.skip("duplicate trace record")
-                traces[str(item["id"])] = item
+                trace_records[str(item["id"])] = item
             elif _type_of(item) is not None:
                 trace_id = as_id(_field(item, "traceId", "trace_id"))
                 if trace_id is None or as_id(_field(item, "id")) is None:
@@ -350,9 +352,55 @@ def parse(records: Iterable[Record], source_path: str) -> ParseResult:
                         _raw(record, item),
                     )
                 )
+    result.traces = _build(observations, trace_records, result)
+    return result
+
+
+def items_of(records: Iterable[Record], trace_ids: set[str]) -> dict[str, list[tuple[dict, int]]]:
+    """The trace records and observations of `trace_ids` in `records`, with their lines, by trace id:
+    what `traceforge.ingest.joins` reads again of each file a trace is spread over."""
+    found: dict[str, list[tuple[dict, int]]] = {}
+    for record in records:
+        for item, line in _expand(record):
+            if is_trace(item):
+                trace_id = str(item["id"])
+            elif _type_of(item) is not None and as_id(_field(item, "id")) is not None:
+                trace_id = as_id(_field(item, "traceId", "trace_id"))
+            else:
+                continue
+            if trace_id in trace_ids:
+                found.setdefault(trace_id, []).append((item, line))
+    return found
+
+
+def traces_of(trace_id: str, items: list[tuple[dict, int]]) -> list[Trace]:
+    """The traces of one Langfuse trace from its records and observations gathered from several
+    files (`items_of`): an observation found in two of them counts once, the last trace record wins."""
+    records = [item for item, _ in items if is_trace(item)]
+    trace_records = {trace_id: records[-1]} if records else {}
+    observations = [(item, line) for item, line in items if not is_trace(item)]
+    return _build({trace_id: observations}, trace_records, ParseResult())
+
+
+def start_key(item: tuple[dict, int]) -> tuple[bool, datetime, int] | None:
+    """An observation's place in time (those without a start time last, then by line); None for a
+    trace record."""
+    value, line = item
+    if is_trace(value):
+        return None
+    started = parse_time(_field(value, "startTime", "start_time"))
+    return (started is None, started or span_traces.EPOCH, line)
+
+
+def _build(
+    observations: dict[str, list[tuple[dict, int]]], trace_records: dict[str, dict], result: ParseResult
+) -> list[Trace]:
+    """The traces of observations grouped by trace id, with their trace records where known; what
+    is skipped is counted in `result`."""
     llm_spans, tool_spans, parents, infos = [], [], {}, {}
-    for trace_id, items in observations.items():
-        infos[trace_id] = _trace_info(traces.get(trace_id), [o for o, _ in items])
+    for trace_id, exported in observations.items():
+        items = _without_duplicates(exported, result)
+        infos[trace_id] = _trace_info(trace_records.get(trace_id), [o for o, _ in items])
         generations = [_llm_span(o, line, trace_id) for o, line in items if _type_of(o) == "GENERATION"]
         called = {
             c["name"] for g in generations for m in g.response for c in m.tool_calls or [] if c.get("name")
@@ -367,11 +415,25 @@ def parse(records: Iterable[Record], source_path: str) -> ParseResult:
                 tool_spans.append(_tool_span(obs, line, trace_id))
             elif kind != "GENERATION":
                 result.skip(kind.lower())
-    result.traces = span_traces.build_traces(llm_spans, tool_spans, parents, infos, FORMAT, "langfuse-export")
-    built = {t.attributes["conversation_id"] for t in result.traces}
-    if traces.keys() - built:
-        result.skip("trace without generations or tools", len(traces.keys() - built))
-    return result
+    traces = span_traces.build_traces(llm_spans, tool_spans, parents, infos, FORMAT, "langfuse-export")
+    built = {t.attributes["conversation_id"] for t in traces}
+    if trace_records.keys() - built:
+        result.skip("trace without generations or tools", len(trace_records.keys() - built))
+    return traces
+
+
+def _without_duplicates(items: list[tuple[dict, int]], result: ParseResult) -> list[tuple[dict, int]]:
+    """One of each observation id (the first): pages that overlap, or one trace exported twice."""
+    seen: set[str] = set()
+    unique = []
+    for item, line in items:
+        observation_id = str(_field(item, "id"))
+        if observation_id in seen:
+            result.skip("duplicate observation")
+            continue
+        seen.add(observation_id)
+        unique.append((item, line))
+    return unique
 
 
 def _raw(record: Record, item: Any) -> str | None:

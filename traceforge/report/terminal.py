@@ -75,12 +75,13 @@ def render_ingest(console: Console, report: IngestReport, verbose: bool = False)
     )
     if report.joined:
         console.print(
-            f"Joined {plural(len(report.joined), 'OTel trace')} whose spans were spread over several files "
-            "(a rotating collector export): each is one trace, `attributes.source_paths` its files."
+            f"Joined {plural(len(report.joined), 'trace')} whose spans or observations were spread over "
+            "several files (a rotated or paged export): each is one trace, `attributes.source_paths` "
+            "its files."
         )
     for trace_id, reason in report.left_apart.items():
         console.print(
-            f"[yellow]warning:[/] OTel trace {trace_id} is spread over several files, kept in parts: {reason}"
+            f"[yellow]warning:[/] trace {trace_id} is spread over several files, kept in parts: {reason}"
         )
     if totals["files_unchanged"] and not (totals["files_new"] or totals["files_changed"]):
         console.print("Nothing new: every file was ingested before with the same content.")

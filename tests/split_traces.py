@@ -1,0 +1,57 @@
+"""What the tests of traces spread over several files share: ingesting through the CLI and reading
+back everything a trace is made of, without where it was read from."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from traceforge import store
+from traceforge.cli import cli
+
+# Everything a trace is made of, without where it was read from.
+CONTENT = {
+    "traces": "SELECT trace_id, started_at, ended_at, outcome, workload, agent, "
+    "json_remove(attributes, '$.source_paths') FROM traces",
+    "llm_calls": "SELECT * EXCLUDE (source_line) FROM llm_calls",
+    "tool_calls": "SELECT * FROM tool_calls",
+    "messages": "SELECT * FROM messages",
+    "tool_defs": "SELECT * FROM tool_defs",
+    "trace_dag": "SELECT * EXCLUDE (settings) FROM trace_dag",
+    "tool_deps": "SELECT * FROM tool_deps",
+}
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def run(runner, *args: str) -> str:
+    result = runner.invoke(cli, list(args))
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def ingest(runner, db: Path, *paths: Path) -> dict:
+    return json.loads(run(runner, "ingest", *map(str, paths), "--db", str(db), "--json"))
+
+
+def content(runner, db: Path) -> dict[str, list[tuple]]:
+    run(runner, "deps", "--db", str(db))
+    con = store.connect(db)
+    try:
+        return {table: sorted(con.execute(sql).fetchall(), key=repr) for table, sql in CONTENT.items()}
+    finally:
+        con.close()
+
+
+def where_from(db: Path) -> list[tuple]:
+    con = store.connect(db)
+    try:
+        return con.execute(
+            "SELECT trace_id, source_path, attributes->'$.source_paths' FROM traces ORDER BY 1"
+        ).fetchall()
+    finally:
+        con.close()

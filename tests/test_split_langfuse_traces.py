@@ -1,0 +1,138 @@
+"""Langfuse traces whose observations lie in several files: a scheduled export cut by the hour, or
+API pages cut by count, in the middle of a trace. Ingested together, one after the other in either
+order, overlapping, or with the last file still growing, they give the traces the whole export gives.
+
+The observations are the fixture `observations.json` (a LangGraph trace with two parallel tools and
+a support trace) written as JSON Lines, one observation per line, as the ClickHouse / blob export
+writes them; cutting between lines is what a cut export does."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from accounting import assert_accounting
+from split_traces import content, ingest, run, where_from, write
+
+from traceforge import store
+
+FIXTURE = Path(__file__).parent / "fixtures" / "langfuse" / "observations.json"
+WEATHER = "7f3c2a1e9b8d4c6f8a2b1c3d4e5f6a7b"  # observations 0-9: agent, generation, two tools, generation
+SUPPORT = "c0ffee0000000000000000000000a002"
+
+
+def observations() -> list[str]:
+    return [json.dumps(row) + "\n" for row in json.loads(FIXTURE.read_text())]
+
+
+def with_sub_agent() -> list[str]:
+    """The support trace with a sub-agent: a generation of the same Langfuse trace with a prompt of
+    its own is a second conversation, the child trace `<id>/2`."""
+    rows = []
+    for row in json.loads(FIXTURE.read_text()):
+        if row["traceId"].endswith("a003"):
+            row["traceId"] = SUPPORT
+            if row["type"] == "GENERATION":
+                row["input"]["messages"] = [
+                    {"role": "system", "content": "You are the shipping sub-agent of ACME."},
+                    {"role": "user", "content": "Send order A-1001 to the customer's office address."},
+                ]
+        rows.append(json.dumps(row) + "\n")
+    return rows
+
+
+def whole(runner, folder: Path, rows: list[str]) -> dict[str, list[tuple]]:
+    db = folder / "whole.duckdb"
+    ingest(runner, db, write(folder / "whole" / "observations.jsonl", "".join(rows)))
+    return content(runner, db)
+
+
+@pytest.mark.parametrize("cut", [3, 6, 8])  # after the first generation, between the tools, after them
+def test_observations_over_two_files_ingested_together_are_the_trace_of_the_whole_export(
+    runner, tmp_path, cut
+):
+    rows = observations()
+    early = write(tmp_path / "export" / "2025-10-10T09.jsonl", "".join(rows[:cut]))
+    late = write(tmp_path / "export" / "2025-10-10T10.jsonl", "".join(rows[cut:]))
+    db = tmp_path / "store.duckdb"
+    report = ingest(runner, db, tmp_path / "export")
+    assert report["joined"] == [WEATHER] and report["left_apart"] == {}
+    assert content(runner, db) == whole(runner, tmp_path, rows)
+    sources = {row[0]: row[1:] for row in where_from(db)}
+    assert sources[WEATHER] == (str(early), json.dumps([str(early), str(late)], separators=(",", ":")))
+    assert sources[SUPPORT] == (str(late), None)  # whole in one file: not a joined trace
+    output = run(runner, "ingest", str(tmp_path / "export"), "--db", str(db))
+    assert "Nothing new" in output and "Joined" not in output
+
+
+def test_files_ingested_one_after_the_other_in_either_order_are_joined(runner, tmp_path):
+    rows = observations()
+    a = write(tmp_path / "a" / "page-1.jsonl", "".join(rows[:6]))
+    b = write(tmp_path / "b" / "page-2.jsonl", "".join(rows[6:]))
+    expected = whole(runner, tmp_path, rows)
+    for name, order in (("forward", (a, b)), ("backward", (b, a))):
+        db = tmp_path / f"{name}.duckdb"
+        assert ingest(runner, db, order[0])["joined"] == []
+        assert ingest(runner, db, order[1])["joined"] == [WEATHER], name
+        assert content(runner, db) == expected, name
+
+
+def test_overlapping_pages_count_each_observation_once(runner, tmp_path):
+    """Pages fetched while the trace was still being written overlap: the same observations in
+    both files are one observation each."""
+    rows = observations()
+    db = tmp_path / "store.duckdb"
+    report = ingest(
+        runner,
+        db,
+        write(tmp_path / "pages" / "page-1.jsonl", "".join(rows[:8])),
+        write(tmp_path / "pages" / "page-2.jsonl", "".join(rows[4:])),
+    )
+    assert report["joined"] == [WEATHER]
+    assert content(runner, db) == whole(runner, tmp_path, rows)
+
+
+def test_overlapping_pages_written_to_one_file_count_each_observation_once(runner, tmp_path):
+    rows = observations()
+    db = tmp_path / "store.duckdb"
+    report = ingest(runner, db, write(tmp_path / "pages.jsonl", "".join(rows[:8] + rows[4:])))
+    assert report["files"][0]["skipped"]["duplicate observation"] == 4
+    assert content(runner, db) == whole(runner, tmp_path, rows)
+
+
+def test_a_sub_agent_conversation_in_the_other_file_joins_as_the_child_trace(runner, tmp_path):
+    rows = with_sub_agent()
+    expected = whole(runner, tmp_path, rows)
+    assert [t[0] for t in expected["traces"]] == [WEATHER, SUPPORT, f"{SUPPORT}/2"]
+    db = tmp_path / "store.duckdb"
+    cut = next(n for n, row in enumerate(rows) if json.loads(row)["id"].endswith("0011"))
+    ingest(runner, db, write(tmp_path / "export" / "1.jsonl", "".join(rows[:cut])))
+    report = ingest(runner, db, write(tmp_path / "export" / "2.jsonl", "".join(rows[cut:])))
+    assert report["joined"] == [SUPPORT]
+    assert content(runner, db) == expected
+    con = store.connect(db, read_only=True)
+    try:
+        assert_accounting(con)  # each file's `traces` counts the parent and the child: both hold its data
+        assert con.execute("SELECT traces FROM sources ORDER BY path").fetchall() == [(3,), (2,)]
+    finally:
+        con.close()
+    run(runner, "deps", "--db", str(db))
+    parents = run(
+        runner, "sql", "--db", str(db), "--csv", "SELECT trace_id, parent_trace_id FROM traces ORDER BY 1"
+    )
+    assert f"{SUPPORT}/2,{SUPPORT}" in parents
+
+
+def test_the_export_still_being_written_is_joined_again_with_its_new_content(runner, tmp_path):
+    """The last file of an export grows until its hour is over: read again as changed, the joined
+    trace is built again from both files, without the old content of the grown one."""
+    rows = observations()
+    early = write(tmp_path / "export" / "09.jsonl", "".join(rows[:6]))
+    late = write(tmp_path / "export" / "10.jsonl", "".join(rows[6:8]))
+    db = tmp_path / "store.duckdb"
+    assert ingest(runner, db, early, late)["joined"] == [WEATHER]
+    write(late, "".join(rows[6:]))
+    report = ingest(runner, db, early, late)
+    assert report["totals"]["files_changed"] == 1 and report["joined"] == [WEATHER]
+    assert content(runner, db) == whole(runner, tmp_path, rows)
