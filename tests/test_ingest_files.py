@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+from pathlib import Path
 
 from builders import OpenAILoop, openai_tool_call, write_jsonl
 
@@ -84,6 +85,75 @@ def test_a_changed_file_replaces_what_it_gave_without_duplicates(tmp_path, con):
     assert con.execute("SELECT count(*) - count(DISTINCT call_id) FROM llm_calls").fetchone()[0] == 0
 
 
+def test_a_file_is_the_same_file_whichever_folder_ingest_runs_in(tmp_path, con, monkeypatch):
+    path = write_jsonl(tmp_path / "logs" / "live.jsonl", conversation("alpha"))
+    monkeypatch.chdir(tmp_path)
+    ingest_paths(con, ["logs"])
+    assert con.execute("SELECT path FROM sources").fetchall() == [(str(path),)]
+    assert con.execute("SELECT DISTINCT source_path FROM traces").fetchall() == [(str(path),)]
+    monkeypatch.chdir(tmp_path / "logs")
+    assert [f.status for f in ingest_paths(con, ["."]).files] == ["unchanged"]
+    write_jsonl(path, conversation("alpha") + conversation("bravo"))  # the log grew
+    monkeypatch.chdir(tmp_path.parent)
+    report = ingest_paths(con, [f"{tmp_path.name}/logs/live.jsonl"])
+    assert [f.status for f in report.files] == ["changed"]
+    assert table_counts(con)["traces"] == 2 and table_counts(con)["sources"] == 1
+
+
+def as_written_before_paths_were_absolute(con, folder: Path) -> None:
+    """Make the store one an older traceforge wrote in `folder`: paths relative, as they were given."""
+    for table, column in (("sources", "path"), ("traces", "source_path"), ("rejects", "source_path")):
+        con.execute(f"UPDATE {table} SET {column} = replace({column}, ?, '')", [f"{folder}/"])
+    con.execute(
+        "UPDATE traces SET attributes = json_merge_patch(attributes, json_object('source_paths', to_json("
+        "list_transform(json_extract_string(attributes, '$.source_paths[*]'), lambda p: replace(p, ?, '')))"
+        ")) "
+        "WHERE json_exists(attributes, '$.source_paths')",
+        [f"{folder}/"],
+    )
+
+
+def test_a_store_with_relative_paths_takes_the_absolute_ones_when_its_files_are_ingested_again(
+    tmp_path, con, monkeypatch
+):
+    otel = (
+        (Path(__file__).parent / "fixtures" / "otlp" / "otel_genai_current.jsonl")
+        .read_text()
+        .splitlines(True)
+    )
+    live = write_jsonl(tmp_path / "logs" / "live.jsonl", conversation("alpha"))
+    (tmp_path / "logs" / "broken.jsonl").write_text('{"cut": \n')
+    for n, line in enumerate(otel):  # a trace joined from two files: its `source_paths` name them
+        (tmp_path / "logs" / f"otel-{n}.jsonl").write_text(line)
+    ingest_paths(con, [tmp_path / "logs"])
+    as_written_before_paths_were_absolute(con, tmp_path)
+    assert con.execute("SELECT count(*) FROM sources WHERE path LIKE 'logs/%'").fetchone()[0] == 4
+    monkeypatch.chdir(tmp_path / "logs")
+    ingest_paths(con, ["."])  # another folder: the relative paths name nothing here, so they stay
+    assert con.execute("SELECT count(*) FROM sources WHERE path LIKE 'logs/%'").fetchone()[0] == 4
+    write_jsonl(live, conversation("alpha") + conversation("bravo"))  # the log grew
+    monkeypatch.chdir(tmp_path)  # the folder the store was written in
+
+    report = ingest_paths(con, ["logs"])
+
+    statuses = {Path(f.path).name: f.status for f in report.files}
+    assert statuses == {
+        "broken.jsonl": "unchanged",
+        "live.jsonl": "changed",
+        "otel-0.jsonl": "unchanged",
+        "otel-1.jsonl": "unchanged",
+    }
+    folder = str(tmp_path / "logs")
+    for table, column in (("sources", "path"), ("traces", "source_path"), ("rejects", "source_path")):
+        paths = con.execute(f"SELECT DISTINCT {column} FROM {table}").fetchall()
+        assert paths and all(p.startswith(folder + "/") for (p,) in paths), (table, paths)
+    named = con.execute(
+        "SELECT attributes->>'$.source_paths' FROM traces WHERE attributes->>'$.source_paths' IS NOT NULL"
+    ).fetchall()
+    assert [json.loads(n) for (n,) in named] == [[f"{folder}/otel-0.jsonl", f"{folder}/otel-1.jsonl"]]
+    assert table_counts(con)["traces"] == 4 and table_counts(con)["sources"] == 4  # 2 alpha/bravo, 2 otel
+
+
 def test_same_bytes_under_another_path_are_not_ingested_twice(tmp_path, con):
     path = write_jsonl(tmp_path / "logs" / "one.jsonl", conversation("alpha"))
     ingest_paths(con, [path])
@@ -159,3 +229,21 @@ def test_a_log_whose_first_line_was_cut_keeps_its_other_lines(tmp_path, con):
     assert report.files[0].status == "new"
     assert con.execute("SELECT line FROM rejects").fetchall() == [(1,)]
     assert con.execute("SELECT count(*) FROM llm_calls").fetchone()[0] == len(records) - 1
+
+
+def test_the_terminal_shows_stored_absolute_paths_as_a_user_would_type_them(tmp_path, runner, monkeypatch):
+    from traceforge.cli import cli
+    from traceforge.report.terminal import display_path
+
+    path = write_jsonl(tmp_path / "work" / "logs" / "live.jsonl", conversation("alpha"))
+    monkeypatch.chdir(tmp_path / "work")
+    db = str(tmp_path / "store.duckdb")
+    result = runner.invoke(cli, ["ingest", str(path), "--db", db])  # given absolute, under this folder
+    assert result.exit_code == 0, result.output
+    assert "new logs/live.jsonl " in result.output
+    monkeypatch.chdir(tmp_path / "work" / "logs")
+    (tmp_path / "other").mkdir()
+    write_jsonl(tmp_path / "other" / "more.jsonl", conversation("bravo"))
+    result = runner.invoke(cli, ["ingest", "../../other", "--db", db])  # relative, shorter than absolute
+    assert "new ../../other/more.jsonl " in result.output
+    assert display_path("/var/log/agent.jsonl") == "/var/log/agent.jsonl"  # far from here: absolute

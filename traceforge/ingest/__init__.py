@@ -96,6 +96,7 @@ def ingest_paths(
     adapter = _resolve_adapter(fmt)
     files, problems = expand_paths(paths)
     report = IngestReport(problems=problems)
+    writer.adopt_relative_paths(con, files)
     known = {path: sha for path, sha in con.execute("SELECT path, sha256 FROM sources").fetchall()}
     by_sha = {}
     for path, sha in known.items():

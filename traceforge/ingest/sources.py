@@ -67,17 +67,22 @@ class SourceFile:
 
 
 def expand_paths(paths: list[str | Path]) -> tuple[list[Path], list[str]]:
-    """Resolve files, folders and globs to a sorted, de-duplicated list of files.
+    """Resolve files, folders and globs to a sorted, de-duplicated list of absolute file paths (the
+    store keys files by them, so a file is the same file whichever folder ingest runs in).
 
     Returns (files, problems): `problems` names each argument that matched nothing.
     """
     found: dict[str, Path] = {}
     problems = []
+
+    def add(path: Path) -> None:
+        found[str(path.resolve())] = Path(os.path.abspath(path))  # symbolic links kept as named
+
     for raw in paths:
         text = str(raw)
         path = Path(text).expanduser()
         if path.is_file():
-            found[str(path.resolve())] = path
+            add(path)
         elif path.is_dir():
             for root, dirs, files in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
@@ -85,14 +90,14 @@ def expand_paths(paths: list[str | Path]) -> tuple[list[Path], list[str]]:
                     candidate = Path(root) / name
                     if name.startswith(".") or candidate.suffix.lower() in IGNORED_SUFFIXES:
                         continue
-                    found[str(candidate.resolve())] = candidate
+                    add(candidate)
         elif glob.has_magic(text):
             matches = [Path(m) for m in sorted(glob.glob(os.path.expanduser(text), recursive=True))]
             files = [m for m in matches if m.is_file()]
             if not files:
                 problems.append(f"{text}: the pattern matched no files")
             for match in files:
-                found[str(match.resolve())] = match
+                add(match)
         else:
             problems.append(f"{text}: no such file or folder")
     return sorted(found.values(), key=lambda p: str(p)), problems

@@ -9,8 +9,10 @@ that writes the new ones, so the store never holds half a file or a file twice.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -195,6 +197,56 @@ def _delete_source(con: duckdb.DuckDBPyConnection, path: str) -> None:
     con.execute(f"DELETE FROM traces WHERE trace_id IN ({_OWN_TRACES})", [path])
     con.execute("DELETE FROM rejects WHERE source_path = ?", [path])
     con.execute("DELETE FROM sources WHERE path = ?", [path])
+
+
+def adopt_relative_paths(con: duckdb.DuckDBPyConnection, files: list[Path]) -> None:
+    """Stores written before traceforge kept paths absolute hold them as given, relative to the
+    folder ingest ran in. A stored relative path that names, from this folder, one of the `files`
+    being ingested (absolute paths) is that file: its rows take the absolute path, in one
+    transaction, so the file is recognised as unchanged or changed instead of read as new, and later
+    runs from any folder find it. (Where a run from another folder stored the absolute path as a
+    duplicate of the relative one, that row, which holds no data, gives way.)"""
+    stored = dict(con.execute("SELECT path, duplicate_of FROM sources").fetchall())
+    given = {str(path) for path in files}
+    moves = {}
+    for path in stored:
+        absolute = os.path.abspath(path)
+        if not os.path.isabs(path) and absolute in given and stored.get(absolute, path) == path:
+            moves[path] = absolute
+    if not moves:
+        return
+    frame = pl.DataFrame(
+        {"old": list(moves), "new": list(moves.values())}, schema={"old": pl.Utf8, "new": pl.Utf8}
+    )
+    joined = con.execute(
+        "SELECT trace_id, attributes FROM traces WHERE json_exists(attributes, '$.source_paths')"
+    ).fetchall()
+    with store.transaction(con), store.registered(con, "_tf_moves", frame):
+        con.execute(
+            "DELETE FROM sources USING _tf_moves m "
+            "WHERE sources.path = m.new AND sources.duplicate_of = m.old"
+        )
+        for table, column in _PATH_COLUMNS:
+            con.execute(
+                f"UPDATE {table} SET {column} = m.new FROM _tf_moves m WHERE {table}.{column} = m.old"
+            )
+        for trace_id, text in joined:
+            attributes = json.loads(text)
+            named = attributes["source_paths"]
+            if any(path in moves for path in named):
+                attributes["source_paths"] = sorted(moves.get(path, path) for path in named)
+                con.execute(
+                    "UPDATE traces SET attributes = ? WHERE trace_id = ?", [to_json(attributes), trace_id]
+                )
+
+
+# Every column that names an ingested file.
+_PATH_COLUMNS = (
+    ("sources", "path"),
+    ("sources", "duplicate_of"),
+    ("traces", "source_path"),
+    ("rejects", "source_path"),
+)
 
 
 @dataclass

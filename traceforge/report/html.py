@@ -14,7 +14,7 @@ from typing import Any
 
 from traceforge.export.profile import Profile
 from traceforge.report.svg import bar_chart, dag_diagram, esc, line_chart, stacked_bar_chart
-from traceforge.report.terminal import unpriced_text
+from traceforge.report.terminal import display_path, unpriced_text
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'none'"
 CDF_POINTS = 120
@@ -406,9 +406,9 @@ def _rejects(summary: dict[str, Any]) -> str:
             _num(r["count"]),
             esc(r["reason"]),
             esc(
-                f"{r['example_file']}:{r['example_line']}"
+                f"{display_path(r['example_file'])}:{r['example_line']}"
                 if r["example_line"] is not None
-                else r["example_file"]
+                else display_path(r["example_file"])
             ),
         ]
         for r in reasons

@@ -29,12 +29,16 @@ def plural(n: int, word: str) -> str:
 
 
 def display_path(path: str) -> str:
-    """A path relative to the working folder where it lies under it."""
+    """A path as a user would type it here: relative to the working folder where that is shorter
+    (`logs/a.jsonl`, `../shared/data/b.json`), else as it is (`/var/log/agent/c.jsonl`).
+
+    The store keeps files' absolute paths; this is how they are shown.
+    """
     try:
         relative = os.path.relpath(path)
     except ValueError:  # another drive on Windows
         return path
-    return path if relative.startswith("..") else relative
+    return relative if len(relative) <= len(path) else path
 
 
 def render_ingest(console: Console, report: IngestReport, verbose: bool = False) -> None:
