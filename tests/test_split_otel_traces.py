@@ -13,6 +13,10 @@ from pathlib import Path
 
 from split_traces import content, ingest, run, where_from, write
 
+from traceforge import store
+from traceforge.ingest import joins
+from traceforge.ingest.sources import sha256_file
+
 FIXTURE = Path(__file__).parent / "fixtures" / "otlp" / "otel_genai_current.jsonl"
 SPLIT = "5b8efff798038103d269b633813fc60c"  # spans on both lines of the fixture
 
@@ -95,20 +99,30 @@ def test_the_file_still_being_written_is_joined_again_with_its_new_content(runne
         assert content(runner, db) == content(runner, expected), name
 
 
-def test_parts_whose_other_file_is_gone_are_kept_and_joined_when_it_is_back(runner, tmp_path):
+def test_parts_whose_other_file_is_gone_are_kept_and_joined_when_it_is_back(runner, tmp_path, monkeypatch):
     first, second = lines()
     a = write(tmp_path / "a" / "traces-1.jsonl", first)
     b = write(tmp_path / "b" / "traces-2.jsonl", second)
     db = tmp_path / "store.duckdb"
     ingest(runner, db, a)
     os.remove(a)
-    report = ingest(runner, db, b)
-    assert report["joined"] == []
-    assert f"{a} cannot be read again" in report["left_apart"][SPLIT]
-    parts = [row[0] for row in where_from(db) if row[0].startswith(SPLIT)]
-    assert len(parts) == 2 and SPLIT in parts  # both parts kept: nothing read is lost
     text = run(runner, "ingest", str(b), "--db", str(db))
     assert "kept in parts" in text and "cannot be read again" in text
+    parts = [row[0] for row in where_from(db) if row[0].startswith(SPLIT)]
+    assert len(parts) == 2 and SPLIT in parts  # both parts kept: nothing read is lost
+    # Gone for good (an exporter's retention): later ingests neither warn again nor read b again.
+    hashed = []
+    monkeypatch.setattr(joins, "sha256_file", lambda path: hashed.append(path) or sha256_file(path))
+    report = ingest(runner, db, b)
+    assert report["left_apart"] == {} and report["joined"] == [] and hashed == []
+    con = store.connect(db, read_only=True)
+    try:
+        marks = con.execute(
+            "SELECT attributes->>'$.left_apart.missing' FROM traces WHERE trace_id LIKE ? || '%'", [SPLIT]
+        ).fetchall()
+    finally:
+        con.close()
+    assert marks == [(str(a),), (str(a),)]
     write(a, first)  # the file back where it was: the next ingest joins the parts
     report = ingest(runner, db, a, b)
     assert report["totals"]["files_unchanged"] == 2 and report["joined"] == [SPLIT]

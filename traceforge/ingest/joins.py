@@ -20,6 +20,8 @@ content.
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -37,7 +39,8 @@ from traceforge.model import ParseResult, Trace
 
 # Traces by the id that names them in every file (a Langfuse trace's several conversations share
 # it), with every file that holds part of them: those held by several files, and the joined ones
-# that involve a file written again in this transaction.
+# that involve a file written again in this transaction; and whether every part was left apart
+# before (`attributes.left_apart`), with the file that was missing then.
 _GROUPS = """
 WITH parts AS (
     SELECT trace_id,
@@ -47,11 +50,14 @@ WITH parts AS (
                 ELSE regexp_replace(trace_id, ?, '') END AS key,
            CASE WHEN json_exists(attributes, '$.source_paths')
                 THEN json_extract_string(attributes, '$.source_paths[*]')
-                ELSE [source_path] END AS paths
+                ELSE [source_path] END AS paths,
+           coalesce(json_exists(attributes, '$.left_apart'), false) AS settled,
+           json_extract_string(attributes, '$.left_apart.missing') AS missing
     FROM traces
     WHERE source_format IN (SELECT unnest(?::VARCHAR[]))
 )
-SELECT source_format, key, list(trace_id ORDER BY trace_id), list_sort(list_distinct(flatten(list(paths))))
+SELECT source_format, key, list(trace_id ORDER BY trace_id), list_sort(list_distinct(flatten(list(paths)))),
+       bool_and(settled), max(missing)
 FROM parts
 WHERE key IS NOT NULL
 GROUP BY source_format, key
@@ -117,8 +123,11 @@ class _Group:
     key: str
     trace_ids: list[str]
     paths: list[str]
+    settled: bool  # every part was left apart by an earlier join, none written since
+    missing: str | None  # the file that was gone then
     parts: list[tuple[str, Any]] = field(default_factory=list)  # (file, a span, observation ...)
     problem: str | None = None
+    gone: str | None = None  # the file that cannot be read now
 
 
 def join_split_traces(con: duckdb.DuckDBPyConnection, replaced: Iterable[str] = ()) -> JoinReport:
@@ -128,20 +137,32 @@ def join_split_traces(con: duckdb.DuckDBPyConnection, replaced: Iterable[str] = 
     found = con.execute(
         _GROUPS, [langfuse.FORMAT, writer.TRACE_ID_SUFFIX, sorted(JOINABLE), sorted(replaced)]
     ).fetchall()
-    groups = [_Group(*row) for row in found]
+    groups = [group for row in found if _worth_trying(group := _Group(*row))]
     if not groups:
         return report
     _read_parts(con, groups)
     for group in groups:
         joined = None if group.problem else _joined_traces(group)
         if joined is None:
-            report.left_apart[group.key] = (
-                group.problem or "no LLM call or tool execution is left in its files"
+            reason = group.problem or "no LLM call or tool execution is left in its files"
+            report.left_apart[group.key] = reason
+            marker = {"left_apart": {"reason": reason, "missing": group.gone}}
+            con.execute(
+                "UPDATE traces SET attributes = json_merge_patch(attributes, ?) "
+                "WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))",
+                [json.dumps(marker), group.trace_ids],
             )
             continue
         _replace(con, group, *joined)
         report.joined.append(group.key)
     return report
+
+
+def _worth_trying(group: _Group) -> bool:
+    """Parts left apart before are tried again only when something may have changed: a file of
+    theirs written since (its part then carries no mark) or the missing file back. So a file
+    deleted for good (an exporter's retention) is reported once, not read around at every ingest."""
+    return not group.settled or (group.missing is not None and os.path.exists(group.missing))
 
 
 def _read_parts(con: duckdb.DuckDBPyConnection, groups: list[_Group]) -> None:
@@ -157,7 +178,7 @@ def _read_parts(con: duckdb.DuckDBPyConnection, groups: list[_Group]) -> None:
         ).fetchall()
     )
     for (path, source_format), readers in sorted(wanted.items()):
-        problem = _unreadable(path, ingested.get(path))
+        problem, gone = _unreadable(path, ingested.get(path))
         parts: dict[str, list[Any]] = {}
         if problem is None:
             try:
@@ -167,22 +188,24 @@ def _read_parts(con: duckdb.DuckDBPyConnection, groups: list[_Group]) -> None:
                 problem = f"{path} cannot be read again ({exc})"
         for group in readers:
             if problem is not None:
-                group.problem = group.problem or problem
+                if group.problem is None:
+                    group.problem, group.gone = problem, gone
                 continue
             group.parts.extend((path, part) for part in parts.get(group.key, []))
 
 
-def _unreadable(path: str, sha256: str | None) -> str | None:
+def _unreadable(path: str, sha256: str | None) -> tuple[str | None, str | None]:
+    """Why `path` cannot be read again as the file ingested, or None; and the path when it is gone."""
     if sha256 is None:
-        return f"{path} is not an ingested file"
+        return f"{path} is not an ingested file", None
     try:
         current = sha256_file(Path(path))
     except OSError as exc:
         reason = exc.strerror or exc
-        return f"{path} cannot be read again ({reason}); put it back and ingest again to join them"
+        return f"{path} cannot be read again ({reason}); put it back and ingest again to join them", path
     if current != sha256:
-        return f"{path} has changed since it was ingested; ingest it again to join them"
-    return None
+        return f"{path} has changed since it was ingested; ingest it again to join them", None
+    return None, None
 
 
 def _joined_traces(group: _Group) -> tuple[list[Trace], str, int | None] | None:
