@@ -136,3 +136,35 @@ def test_the_export_still_being_written_is_joined_again_with_its_new_content(run
     report = ingest(runner, db, early, late)
     assert report["totals"]["files_changed"] == 1 and report["joined"] == [WEATHER]
     assert content(runner, db) == whole(runner, tmp_path, rows)
+
+
+def test_the_traces_table_exported_apart_gives_what_one_file_holding_both_gives(runner, tmp_path):
+    """Langfuse's batch export writes the traces table (session, user, release, metadata) and the
+    observations table to different files: each trace is built with its record, in any order."""
+    rows = observations()
+    records = (FIXTURE.parent / "traces.jsonl").read_text().splitlines(keepends=True)
+    expected = whole(runner, tmp_path, records + rows)
+    sessions = {row[0]: json.loads(row[-1]).get("session_id") for row in expected["traces"]}
+    assert sessions == {WEATHER: None, SUPPORT: "sess-42", "c0ffee0000000000000000000000a003": "sess-42"}
+    table = write(tmp_path / "export" / "traces.jsonl", "".join(records))
+    early = write(tmp_path / "export" / "observations-1.jsonl", "".join(rows[:6]))
+    late = write(tmp_path / "export" / "observations-2.jsonl", "".join(rows[6:]))
+    for name, runs in {
+        "together": [(table, early, late)],
+        "traces-table-first": [(table,), (early, late)],
+        "traces-table-last": [(early,), (late,), (table,)],
+    }.items():
+        db = tmp_path / f"{name}.duckdb"
+        for files in runs:
+            ingest(runner, db, *files)
+        assert content(runner, db) == expected, name
+        con = store.connect(db, read_only=True)
+        try:
+            assert_accounting(con)
+            traces = dict(
+                con.execute("SELECT regexp_extract(path, '[^/]+$'), traces FROM sources").fetchall()
+            )
+        finally:
+            con.close()
+        assert traces == {"traces.jsonl": 3, "observations-1.jsonl": 1, "observations-2.jsonl": 3}, name
+        assert ingest(runner, db, table, early, late)["joined"] == [], name  # a rerun changes nothing

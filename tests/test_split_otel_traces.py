@@ -48,7 +48,7 @@ def test_a_trace_over_two_files_ingested_together_is_the_trace_of_the_whole_file
     output = run(runner, "ingest", str(tmp_path / "logs"), "--db", str(db))
     assert "Nothing new" in output and "Joined" not in output
     output = run(runner, "ingest", str(tmp_path / "logs"), "--db", str(tmp_path / "fresh.duckdb"))
-    assert "Joined 1 trace whose spans or observations were spread over several files" in output
+    assert "Joined 1 trace whose parts lay in several files" in output
 
 
 def test_files_ingested_one_after_the_other_in_either_order_are_joined(runner, tmp_path):

@@ -145,6 +145,27 @@ def test_store_written_before_partial_output_counts_upgrades_and_profiles(db_pat
     con.close()
 
 
+def test_store_written_before_described_traces_upgrades_and_joins_a_traces_table(db_path, runner):
+    langfuse = Path(__file__).parent / "fixtures" / "langfuse"
+    assert (
+        runner.invoke(cli, ["ingest", str(langfuse / "observations.json"), "--db", str(db_path)]).exit_code
+        == 0
+    )
+    con = store.connect(db_path)  # back to the store as migration 8 left it, rows and all
+    con.execute("ALTER TABLE sources DROP COLUMN described_traces")
+    con.execute("DELETE FROM schema_migrations WHERE version = 9")
+    con.close()
+
+    result = runner.invoke(cli, ["ingest", str(langfuse / "traces.jsonl"), "--db", str(db_path)])
+    assert result.exit_code == 0, result.output
+    assert "Joined 3 traces" in result.output
+    con = store.connect(db_path, read_only=True)
+    assert store.applied_migrations(con) == sorted(m.version for m in store.MIGRATIONS)
+    sessions = con.execute("SELECT attributes->>'$.session_id' FROM traces ORDER BY trace_id").fetchall()
+    assert sessions == [(None,), ("sess-42",), ("sess-42",)]
+    con.close()
+
+
 def test_store_written_before_resumed_session_marks_upgrades_and_analyses(db_path, tmp_path, runner):
     session = Path(__file__).parent / "fixtures" / "claude_code" / "parallel_session.jsonl"
     assert runner.invoke(cli, ["ingest", str(session), "--db", str(db_path)]).exit_code == 0

@@ -112,6 +112,7 @@ class ParseResult:
     rejects: list[Reject] = field(default_factory=list)
     records: int = 0  # records read from the file
     skipped: dict[str, int] = field(default_factory=dict)  # records skipped by rule, by kind
+    described: list[str] = field(default_factory=list)  # ids of traces described here, their data elsewhere
 
     def skip(self, kind: str, n: int = 1) -> None:
         self.skipped[kind] = self.skipped.get(kind, 0) + n

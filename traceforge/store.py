@@ -432,6 +432,17 @@ MIGRATIONS: list[Migration] = [
         GROUP BY ALL;
         """,
     ),
+    Migration(
+        9,
+        "traces a file describes without holding their calls (Langfuse's traces table)",
+        """
+        -- Langfuse's batch export writes the traces table (session, user, tags, metadata) and the
+        -- observations table (the calls and tools) to different files. The ids of the traces a file
+        -- describes without any of their observations: ingest.joins builds those traces with the
+        -- files that hold their observations.
+        ALTER TABLE sources ADD COLUMN described_traces JSON;
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = max(m.version for m in MIGRATIONS)

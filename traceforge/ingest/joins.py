@@ -10,7 +10,8 @@ finds the traces held by more than one file (by their OTel trace id, or their La
 reads those files' parts of the trace again, and puts the traces built from all of them in place of
 the parts, under their own ids (a span or observation found in two files counts once). Their
 `source_path` is the file of the trace's first span or observation; `attributes.source_paths` lists
-every file that holds part of it.
+every file that holds part of it. A file that only describes traces (Langfuse's traces table
+exported apart from its observations: `sources.described_traces`) is one of those files too.
 
 A file read again must be the file ingested (the same SHA-256): where one has changed or gone, the
 parts stay as they are and the ingest report says why; ingesting the changed file joins them. A
@@ -38,9 +39,11 @@ from traceforge.ingest.stream import open_records
 from traceforge.model import ParseResult, Trace
 
 # Traces by the id that names them in every file (a Langfuse trace's several conversations share
-# it), with every file that holds part of them: those held by several files, and the joined ones
-# that involve a file written again in this transaction; and whether every part was left apart
-# before (`attributes.left_apart`), with the file that was missing then.
+# it), with every file that holds part of them, a file that only describes them included
+# (`sources.described_traces`): those held by several files, those described by a file none of
+# their traces holds yet, and the joined ones that involve a file written again in this
+# transaction; and whether every part was left apart before (`attributes.left_apart`), with the
+# file that was missing then.
 _GROUPS = """
 WITH parts AS (
     SELECT trace_id,
@@ -55,13 +58,24 @@ WITH parts AS (
            json_extract_string(attributes, '$.left_apart.missing') AS missing
     FROM traces
     WHERE source_format IN (SELECT unnest(?::VARCHAR[]))
+    UNION ALL
+    SELECT NULL, format, path, unnest(json_extract_string(described_traces, '$[*]')), [path], NULL, NULL
+    FROM sources
+    WHERE described_traces IS NOT NULL
 )
-SELECT source_format, key, list(trace_id ORDER BY trace_id), list_sort(list_distinct(flatten(list(paths)))),
+SELECT source_format, key,
+       list(trace_id ORDER BY trace_id) FILTER (WHERE trace_id IS NOT NULL),
+       list_sort(list_distinct(flatten(list(paths)))),
        bool_and(settled), max(missing)
 FROM parts
 WHERE key IS NOT NULL
 GROUP BY source_format, key
-HAVING count(DISTINCT source_path) > 1 OR bool_or(len(paths) > 1 AND list_has_any(paths, ?::VARCHAR[]))
+HAVING count(trace_id) > 0 AND (
+    count(DISTINCT source_path) FILTER (WHERE trace_id IS NOT NULL) > 1
+    OR NOT list_has_all(flatten(list(paths) FILTER (WHERE trace_id IS NOT NULL)),
+                        list(source_path) FILTER (WHERE trace_id IS NULL))
+    OR bool_or(len(paths) > 1 AND list_has_any(paths, ?::VARCHAR[]))
+)
 ORDER BY source_format, key
 """
 
@@ -76,6 +90,14 @@ UPDATE sources SET traces = (
        OR list_contains(coalesce(json_extract_string(t.attributes, '$.source_paths[*]'), []), sources.path)
 )
 WHERE path IN (SELECT unnest(?::VARCHAR[]))
+"""
+
+
+# How many of the traces a file describes have been built with it.
+_DESCRIBED_USED = """
+SELECT count(DISTINCT json_extract_string(attributes, '$.conversation_id')) FROM traces
+WHERE list_contains(coalesce(json_extract_string(attributes, '$.source_paths[*]'), []), ?)
+  AND json_extract_string(attributes, '$.conversation_id') IN (SELECT unnest(?::VARCHAR[]))
 """
 
 
@@ -239,4 +261,26 @@ def _replace(
     for table in writer.SCHEMAS:
         if rows.count(table):
             store.insert_frame(con, table, rows.frame(table))
-    con.execute(_RECOUNT, [group.paths])
+    _recount(con, group.paths)
+
+
+def _recount(con: duckdb.DuckDBPyConnection, paths: list[str]) -> None:
+    """The joined files' `traces`, and for a file describing traces (`sources.described_traces`)
+    its records built into a trace counted as ingested rather than skipped."""
+    con.execute(_RECOUNT, [paths])
+    described = con.execute(
+        "SELECT path, records, rejected, skipped_by_kind, described_traces FROM sources "
+        "WHERE described_traces IS NOT NULL AND path IN (SELECT unnest(?::VARCHAR[]))",
+        [paths],
+    ).fetchall()
+    for path, records, rejected, skipped_text, described_text in described:
+        keys = json.loads(described_text)
+        (used,) = con.execute(_DESCRIBED_USED, [path, keys]).fetchone()
+        skipped = json.loads(skipped_text or "{}")
+        skipped[langfuse.DESCRIBED] = len(keys) - used
+        skipped = {kind: n for kind, n in skipped.items() if n}
+        total = sum(skipped.values())
+        con.execute(
+            "UPDATE sources SET skipped_by_kind = ?, skipped = ?, ingested = ? WHERE path = ?",
+            [json.dumps(skipped, sort_keys=True), total, records - rejected - total, path],
+        )

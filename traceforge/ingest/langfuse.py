@@ -16,7 +16,8 @@ exports) is read too. What becomes what:
   by rule and counted by type; the first `AGENT` observation names the trace's agent;
 - a trace record gives the workload (its `metadata.workload`, else its `name`), and user id,
   session id, tags and environment as attributes; observation rows of the batch export carry
-  `traceName` / `traceTags` / `userId` for when the traces were exported to another file.
+  `traceName` / `traceTags` / `userId` for when the traces were exported to another file, and such
+  a file's records are joined to the traces built from the observations (`ingest.joins`).
 
 Token semantics: Langfuse stores usage in non-overlapping buckets (`input` is what remains after
 `input_cached_tokens`, `input_cache_read`, `input_cache_creation`... were taken out, and `output`
@@ -98,6 +99,9 @@ JSON_FIELDS = {
     "modelParameters",
     "model_parameters",
 }
+# The skip kind of a trace record whose calls and tools the file does not hold; `ingest.joins` counts
+# it as ingested once a trace is built with it from the files that hold them.
+DESCRIBED = "trace without generations or tools"
 WORKLOAD_KEYS = ("workload", "app", "application", "service")
 AGENT_KEYS = ("agent", "agent_name")
 
@@ -353,6 +357,10 @@ def parse(records: Iterable[Record], source_path: str) -> ParseResult:
                     )
                 )
     result.traces = _build(observations, trace_records, result)
+    # records of traces whose calls this file does not hold: joined to the files that do (ingest.joins)
+    result.described = sorted(trace_records.keys() - {t.attributes["conversation_id"] for t in result.traces})
+    if result.described:
+        result.skip(DESCRIBED, len(result.described))
     return result
 
 
@@ -415,11 +423,7 @@ def _build(
                 tool_spans.append(_tool_span(obs, line, trace_id))
             elif kind != "GENERATION":
                 result.skip(kind.lower())
-    traces = span_traces.build_traces(llm_spans, tool_spans, parents, infos, FORMAT, "langfuse-export")
-    built = {t.attributes["conversation_id"] for t in traces}
-    if trace_records.keys() - built:
-        result.skip("trace without generations or tools", len(trace_records.keys() - built))
-    return traces
+    return span_traces.build_traces(llm_spans, tool_spans, parents, infos, FORMAT, "langfuse-export")
 
 
 def _without_duplicates(items: list[tuple[dict, int]], result: ParseResult) -> list[tuple[dict, int]]:

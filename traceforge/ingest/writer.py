@@ -115,6 +115,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "error": pl.Utf8,
         "ingested_at": TS,
         "traceforge_version": pl.Utf8,
+        "described_traces": pl.Utf8,
     },
 }
 # Tables whose rows belong to a trace, removed with it when its file is re-ingested.
@@ -385,6 +386,7 @@ def _add_file(rows: Rows, parsed: ParsedFile, ids: _Ids) -> None:
         error=parsed.error,
         ingested_at=now,
         traceforge_version=__version__,
+        described_traces=json.dumps(result.described) if result.described else None,
     )
 
 

@@ -79,9 +79,9 @@ def render_ingest(console: Console, report: IngestReport, verbose: bool = False)
     )
     if report.joined:
         console.print(
-            f"Joined {plural(len(report.joined), 'trace')} whose spans or observations were spread over "
-            "several files (a rotated or paged export): each is one trace, `attributes.source_paths` "
-            "its files."
+            f"Joined {plural(len(report.joined), 'trace')} whose parts lay in several files (a rotated "
+            "or paged export, a traces table exported apart): each is one trace, "
+            "`attributes.source_paths` its files."
         )
     for trace_id, reason in report.left_apart.items():
         console.print(
