@@ -56,8 +56,8 @@ class FileReport:
 class IngestReport:
     files: list[FileReport] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # arguments that matched nothing
-    joined: list[str] = field(default_factory=list)  # OTel / Langfuse traces joined from several files
-    left_apart: dict[str, str] = field(default_factory=dict)  # OTel / Langfuse trace id -> why it was not
+    joined: list[str] = field(default_factory=list)  # source trace ids joined from several files
+    left_apart: dict[str, str] = field(default_factory=dict)  # such an id -> why its parts were not
 
     def add_joins(self, joins: JoinReport) -> None:
         """A batch's joins: a trace joined again by a later batch is listed once; one whose parts a

@@ -1,16 +1,16 @@
-"""Traces whose parts lie in more than one file, joined into one trace: OpenTelemetry spans and
-Langfuse observations.
+"""Traces whose parts lie in more than one file, joined into one trace: OpenTelemetry spans,
+Langfuse observations and LangSmith runs.
 
-A collector's file exporter rotates its output (by size or age), and Langfuse's scheduled exports
-and API pages cut the observations table by time or count, so a trace that was running at a cut
-has parts in two files, or more; so does a trace exported from two places. Files are parsed one at
-a time (in parallel), and the writer keeps ids unique: the trace of a later file gets its id
+A collector's file exporter rotates its output (by size or age), and Langfuse's scheduled exports,
+API pages and LangSmith's run queries cut their tables by time or count, so a trace that was running
+at a cut has parts in two files, or more; so does a trace exported from two places. Files are parsed
+one at a time (in parallel), and the writer keeps ids unique: the trace of a later file gets its id
 suffixed `@<its file's hash>`. After every write, in the write's transaction, `join_split_traces`
-finds the traces held by more than one file (by their OTel trace id, or their Langfuse trace id),
-reads those files' parts of the trace again, and puts the traces built from all of them in place of
-the parts, under their own ids (a span or observation found in two files counts once). Their
-`source_path` is the file of the trace's first span or observation; `attributes.source_paths` lists
-every file that holds part of it. A file that only describes traces (Langfuse's traces table
+finds the traces held by more than one file (by their OTel, Langfuse or LangSmith trace id), reads
+those files' parts of the trace again, and puts the traces built from all of them in place of the
+parts, under their own ids (a span, observation or run found in two files counts once). Their
+`source_path` is the file of the trace's first span, observation or run; `attributes.source_paths`
+lists every file that holds part of it. A file that only describes traces (Langfuse's traces table
 exported apart from its observations: `sources.described_traces`) is one of those files too.
 
 A file read again must be the file ingested (the same SHA-256): where one has changed or gone, the
@@ -32,7 +32,7 @@ from typing import Any
 import duckdb
 
 from traceforge import store
-from traceforge.ingest import langfuse, otlp, writer
+from traceforge.ingest import langfuse, langsmith, otlp, writer
 from traceforge.ingest.otel_wire import LogEvent, Span
 from traceforge.ingest.sources import Record, SourceError, sha256_file
 from traceforge.ingest.stream import open_records
@@ -49,7 +49,8 @@ WITH parts AS (
     SELECT trace_id,
            source_format,
            source_path,
-           CASE WHEN source_format = ? THEN json_extract_string(attributes, '$.conversation_id')
+           CASE WHEN list_contains(?::VARCHAR[], source_format)
+                THEN json_extract_string(attributes, '$.conversation_id')
                 ELSE regexp_replace(trace_id, ?, '') END AS key,
            CASE WHEN json_exists(attributes, '$.source_paths')
                 THEN json_extract_string(attributes, '$.source_paths[*]')
@@ -130,12 +131,17 @@ JOINABLE = {
         _otlp_parts, _otlp_traces, lambda part: otlp.start_key(part) if isinstance(part, Span) else None
     ),
     langfuse.FORMAT: _Joinable(langfuse.items_of, langfuse.traces_of, langfuse.start_key),
+    langsmith.FORMAT: _Joinable(langsmith.items_of, langsmith.traces_of, langsmith.start_key),
 }
+# Formats whose traces carry their source's trace id as `attributes.conversation_id` (one source
+# trace can make several: a sub-agent's conversation is a child trace); OTel traces keep it as
+# their id, the writer's suffix aside.
+_BY_CONVERSATION = [langfuse.FORMAT, langsmith.FORMAT]
 
 
 @dataclass
 class JoinReport:
-    joined: list[str] = field(default_factory=list)  # OTel / Langfuse trace ids now built from several files
+    joined: list[str] = field(default_factory=list)  # source trace ids now built from several files
     left_apart: dict[str, str] = field(default_factory=dict)  # such an id -> why its parts were not
 
 
@@ -157,7 +163,7 @@ def join_split_traces(con: duckdb.DuckDBPyConnection, replaced: Iterable[str] = 
     this transaction wrote again with new content. Runs in the caller's transaction."""
     report = JoinReport()
     found = con.execute(
-        _GROUPS, [langfuse.FORMAT, writer.TRACE_ID_SUFFIX, sorted(JOINABLE), sorted(replaced)]
+        _GROUPS, [_BY_CONVERSATION, writer.TRACE_ID_SUFFIX, sorted(JOINABLE), sorted(replaced)]
     ).fetchall()
     groups = [group for row in found if _worth_trying(group := _Group(*row))]
     if not groups:

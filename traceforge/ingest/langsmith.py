@@ -25,6 +25,7 @@ Runs are ordered by start time, then `dotted_order` (LangSmith's execution-order
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from traceforge.ingest import span_traces, traced_messages
@@ -44,7 +45,7 @@ from traceforge.ingest.values import (
     parse_time,
     text_of,
 )
-from traceforge.model import LlmCall, ParseResult, Reject
+from traceforge.model import LlmCall, ParseResult, Reject, Trace
 
 FORMAT = "langsmith"
 RUN_SHAPE_KEYS = {"trace_id", "dotted_order", "parent_run_id", "child_runs", "inputs", "outputs"}
@@ -244,8 +245,41 @@ def parse(records: Iterable[Record], source_path: str) -> ParseResult:
                 continue
             parent = as_id(run.get("parent_run_id")) or tree_parent
             by_trace.setdefault(_trace_key(run, tree_trace), []).append((run, parent, record.line))
+    result.traces = _build(by_trace, result)
+    return result
+
+
+def items_of(records: Iterable[Record], trace_ids: set[str]) -> dict[str, list[tuple[dict, str | None, int]]]:
+    """The runs of `trace_ids` in `records` as (run, parent id, line), by trace id: what
+    `traceforge.ingest.joins` reads again of each file a trace is spread over."""
+    found: dict[str, list[tuple[dict, str | None, int]]] = {}
+    for record in records:
+        for run, tree_parent, tree_trace in _runs_of(record):
+            if is_run(run) and (key := _trace_key(run, tree_trace)) in trace_ids:
+                found.setdefault(key, []).append(
+                    (run, as_id(run.get("parent_run_id")) or tree_parent, record.line)
+                )
+    return found
+
+
+def traces_of(trace_id: str, runs: list[tuple[dict, str | None, int]]) -> list[Trace]:
+    """The traces of one LangSmith trace from its runs gathered from several files (`items_of`); a
+    run found in two of them counts once."""
+    return _build({trace_id: runs}, ParseResult())
+
+
+def start_key(item: tuple[dict, str | None, int]) -> tuple[bool, datetime, int]:
+    """A run's place in time (those without a start time last, then by line)."""
+    run, _, line = item
+    started = parse_time(run.get("start_time"))
+    return (started is None, started or span_traces.EPOCH, line)
+
+
+def _build(by_trace: dict[str, list[tuple[dict, str | None, int]]], result: ParseResult) -> list[Trace]:
+    """The traces of runs grouped by trace id; what is skipped is counted in `result`."""
     llm_spans, tool_spans, parents, infos = [], [], {}, {}
-    for trace_key, runs in by_trace.items():
+    for trace_key, exported in by_trace.items():
+        runs = _without_duplicates(exported, result)
         infos[trace_key] = _trace_info([(run, parent) for run, parent, _ in runs])
         for run, parent, line in runs:
             parents[str(run["id"])] = parent
@@ -256,10 +290,23 @@ def parse(records: Iterable[Record], source_path: str) -> ParseResult:
                 tool_spans.append(_tool_span(run, parent, trace_key, line))
             else:
                 result.skip(kind)
-    result.traces = span_traces.build_traces(
-        llm_spans, tool_spans, parents, infos, FORMAT, "langsmith-export"
-    )
-    return result
+    return span_traces.build_traces(llm_spans, tool_spans, parents, infos, FORMAT, "langsmith-export")
+
+
+def _without_duplicates(
+    runs: list[tuple[dict, str | None, int]], result: ParseResult
+) -> list[tuple[dict, str | None, int]]:
+    """One of each run id (the first): query pages that overlap, or one trace exported twice."""
+    seen: set[str] = set()
+    unique = []
+    for item in runs:
+        run_id = str(item[0]["id"])
+        if run_id in seen:
+            result.skip("duplicate run")
+            continue
+        seen.add(run_id)
+        unique.append(item)
+    return unique
 
 
 def sniff(sample: list[Record]) -> float:
