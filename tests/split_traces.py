@@ -55,3 +55,10 @@ def where_from(db: Path) -> list[tuple]:
         ).fetchall()
     finally:
         con.close()
+
+
+def whole(runner, folder: Path, lines: list[str]) -> dict[str, list[tuple]]:
+    """The content of a store holding `lines` as one file: what the parts must add up to."""
+    db = folder / "whole.duckdb"
+    ingest(runner, db, write(folder / "whole" / "export.jsonl", "".join(lines)))
+    return content(runner, db)

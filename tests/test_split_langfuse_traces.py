@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from accounting import assert_accounting
-from split_traces import content, ingest, run, where_from, write
+from split_traces import content, ingest, run, where_from, whole, write
 
 from traceforge import store
 
@@ -40,12 +40,6 @@ def with_sub_agent() -> list[str]:
                 ]
         rows.append(json.dumps(row) + "\n")
     return rows
-
-
-def whole(runner, folder: Path, rows: list[str]) -> dict[str, list[tuple]]:
-    db = folder / "whole.duckdb"
-    ingest(runner, db, write(folder / "whole" / "observations.jsonl", "".join(rows)))
-    return content(runner, db)
 
 
 @pytest.mark.parametrize("cut", [3, 6, 8])  # after the first generation, between the tools, after them

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from accounting import assert_accounting
-from split_traces import content, ingest, where_from, write
+from split_traces import content, ingest, where_from, whole, write
 
 from traceforge import store
 
@@ -22,12 +22,6 @@ TRAVEL = "1f0a3b6c-2d4e-4f80-9a1b-3c5d7e9f0a21"  # runs 0-8: chains, a generatio
 
 def runs() -> list[str]:
     return FIXTURE.read_text().splitlines(keepends=True)
-
-
-def whole(runner, folder: Path, rows: list[str]) -> dict[str, list[tuple]]:
-    db = folder / "whole.duckdb"
-    ingest(runner, db, write(folder / "whole" / "runs.jsonl", "".join(rows)))
-    return content(runner, db)
 
 
 @pytest.mark.parametrize("cut", [3, 6, 8])  # after the first generation, between the tools, before the last

@@ -11,7 +11,7 @@ import json
 import os
 from pathlib import Path
 
-from split_traces import content, ingest, run, where_from, write
+from split_traces import content, ingest, run, where_from, whole, write
 
 from traceforge import store
 from traceforge.ingest import joins
@@ -25,12 +25,6 @@ def lines() -> list[str]:
     return FIXTURE.read_text().splitlines(keepends=True)
 
 
-def whole(runner, tmp_path: Path) -> dict[str, list[tuple]]:
-    db = tmp_path / "whole.duckdb"
-    ingest(runner, db, write(tmp_path / "whole" / "export.jsonl", FIXTURE.read_text()))
-    return content(runner, db)
-
-
 def test_a_trace_over_two_files_ingested_together_is_the_trace_of_the_whole_file(runner, tmp_path):
     first, second = lines()
     rotated = write(tmp_path / "logs" / "traces-1.jsonl", first)
@@ -38,7 +32,7 @@ def test_a_trace_over_two_files_ingested_together_is_the_trace_of_the_whole_file
     db = tmp_path / "store.duckdb"
     report = ingest(runner, db, tmp_path / "logs")
     assert report["joined"] == [SPLIT] and report["left_apart"] == {}
-    assert content(runner, db) == whole(runner, tmp_path)
+    assert content(runner, db) == whole(runner, tmp_path, lines())
     sources = dict((row[0], row[1:]) for row in where_from(db))
     # the joined trace names both files; it was first seen (its root span) in the second one
     assert sources[SPLIT] == (
@@ -55,7 +49,7 @@ def test_files_ingested_one_after_the_other_in_either_order_are_joined(runner, t
     first, second = lines()
     a = write(tmp_path / "a" / "traces-1.jsonl", first)
     b = write(tmp_path / "b" / "traces-2.jsonl", second)
-    expected = whole(runner, tmp_path)
+    expected = whole(runner, tmp_path, lines())
     for name, order in (("forward", (a, b)), ("backward", (b, a))):
         db = tmp_path / f"{name}.duckdb"
         assert ingest(runner, db, order[0])["joined"] == []
@@ -127,7 +121,7 @@ def test_parts_whose_other_file_is_gone_are_kept_and_joined_when_it_is_back(runn
     report = ingest(runner, db, a, b)
     assert report["totals"]["files_unchanged"] == 2 and report["joined"] == [SPLIT]
     assert [row[0] for row in where_from(db) if row[0].startswith(SPLIT)] == [SPLIT]
-    assert content(runner, db) == whole(runner, tmp_path)
+    assert content(runner, db) == whole(runner, tmp_path, lines())
 
 
 def test_parts_whose_other_file_changed_on_disk_are_joined_when_it_is_ingested_again(runner, tmp_path):
@@ -143,4 +137,4 @@ def test_parts_whose_other_file_changed_on_disk_are_joined_when_it_is_ingested_a
     )
     report = ingest(runner, db, a)
     assert report["totals"]["files_changed"] == 1 and report["joined"] == [SPLIT]
-    assert content(runner, db) == whole(runner, tmp_path)
+    assert content(runner, db) == whole(runner, tmp_path, lines())

@@ -407,7 +407,9 @@ def _build(
     is skipped is counted in `result`."""
     llm_spans, tool_spans, parents, infos = [], [], {}, {}
     for trace_id, exported in observations.items():
-        items = _without_duplicates(exported, result)
+        items = span_traces.first_of_each(
+            exported, lambda item: str(_field(item[0], "id")), result, "duplicate observation"
+        )
         infos[trace_id] = _trace_info(trace_records.get(trace_id), [o for o, _ in items])
         generations = [_llm_span(o, line, trace_id) for o, line in items if _type_of(o) == "GENERATION"]
         called = {
@@ -424,20 +426,6 @@ def _build(
             elif kind != "GENERATION":
                 result.skip(kind.lower())
     return span_traces.build_traces(llm_spans, tool_spans, parents, infos, FORMAT, "langfuse-export")
-
-
-def _without_duplicates(items: list[tuple[dict, int]], result: ParseResult) -> list[tuple[dict, int]]:
-    """One of each observation id (the first): pages that overlap, or one trace exported twice."""
-    seen: set[str] = set()
-    unique = []
-    for item, line in items:
-        observation_id = str(_field(item, "id"))
-        if observation_id in seen:
-            result.skip("duplicate observation")
-            continue
-        seen.add(observation_id)
-        unique.append((item, line))
-    return unique
 
 
 def _raw(record: Record, item: Any) -> str | None:

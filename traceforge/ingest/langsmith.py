@@ -279,7 +279,7 @@ def _build(by_trace: dict[str, list[tuple[dict, str | None, int]]], result: Pars
     """The traces of runs grouped by trace id; what is skipped is counted in `result`."""
     llm_spans, tool_spans, parents, infos = [], [], {}, {}
     for trace_key, exported in by_trace.items():
-        runs = _without_duplicates(exported, result)
+        runs = span_traces.first_of_each(exported, lambda item: str(item[0]["id"]), result, "duplicate run")
         infos[trace_key] = _trace_info([(run, parent) for run, parent, _ in runs])
         for run, parent, line in runs:
             parents[str(run["id"])] = parent
@@ -291,22 +291,6 @@ def _build(by_trace: dict[str, list[tuple[dict, str | None, int]]], result: Pars
             else:
                 result.skip(kind)
     return span_traces.build_traces(llm_spans, tool_spans, parents, infos, FORMAT, "langsmith-export")
-
-
-def _without_duplicates(
-    runs: list[tuple[dict, str | None, int]], result: ParseResult
-) -> list[tuple[dict, str | None, int]]:
-    """One of each run id (the first): query pages that overlap, or one trace exported twice."""
-    seen: set[str] = set()
-    unique = []
-    for item in runs:
-        run_id = str(item[0]["id"])
-        if run_id in seen:
-            result.skip("duplicate run")
-            continue
-        seen.add(run_id)
-        unique.append(item)
-    return unique
 
 
 def sniff(sample: list[Record]) -> float:

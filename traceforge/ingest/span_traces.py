@@ -20,14 +20,15 @@ hands them here:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from traceforge.ingest import api_log
 from traceforge.ingest.conversation import default_workload
 from traceforge.ingest.values import duration_ms
-from traceforge.model import LlmCall, Message, ToolCall, ToolDef, Trace
+from traceforge.model import LlmCall, Message, ParseResult, ToolCall, ToolDef, Trace
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -72,6 +73,29 @@ class TraceInfo:
     started_at: datetime | None = None
     ended_at: datetime | None = None
     attributes: dict[str, Any] = field(default_factory=dict)
+
+
+_Item = TypeVar("_Item")
+
+
+def first_of_each(
+    items: list[_Item], key: Callable[[_Item], str], result: ParseResult, kind: str
+) -> list[_Item]:
+    """The first of the items sharing a `key` (an observation or run exported twice: pages that
+    overlap, one trace in two exports); each other is counted in `result` as skipped `kind`.
+
+    >>> first_of_each(["a1", "b1", "a2"], lambda item: item[0], ParseResult(), "duplicate")
+    ['a1', 'b1']
+    """
+    seen: set[str] = set()
+    unique = []
+    for item in items:
+        if key(item) in seen:
+            result.skip(kind)
+            continue
+        seen.add(key(item))
+        unique.append(item)
+    return unique
 
 
 def _position(start: datetime | None, order: str, line: int) -> tuple:
