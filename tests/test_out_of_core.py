@@ -205,7 +205,7 @@ def test_a_log_s_conversations_keep_only_their_latest_request():
     exchanges = []
     for turn in range(1, 6):
         history.append({"role": "user", "content": f"question {turn}"})
-        exchange = api_log._exchange(_log_record(turn, list(history), f"answer {turn}", "c"), keys)
+        exchange = api_log.exchange_of(_log_record(turn, list(history), f"answer {turn}", "c"), keys)
         conversations.add(exchange)
         exchanges.append(exchange)
         history.append({"role": "assistant", "content": f"answer {turn}"})

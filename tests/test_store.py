@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -164,6 +165,37 @@ def test_store_written_before_described_traces_upgrades_and_joins_a_traces_table
     sessions = con.execute("SELECT attributes->>'$.session_id' FROM traces ORDER BY trace_id").fetchall()
     assert sessions == [(None,), ("sess-42",), ("sess-42",)]
     con.close()
+
+
+def test_store_written_before_conversation_hashes_upgrades_and_ingests_the_rest_of_a_log(
+    db_path, tmp_path, runner
+):
+    rows = (
+        (Path(__file__).parent.parent / "sample_traces" / "openai_chat_gateway.jsonl")
+        .read_text()
+        .splitlines(True)
+    )
+    early, late = tmp_path / "gateway.1.jsonl", tmp_path / "gateway.2.jsonl"
+    early.write_text("".join(rows[:20]))
+    late.write_text("".join(rows[20:]))
+    assert runner.invoke(cli, ["ingest", str(early), "--db", str(db_path)]).exit_code == 0
+    con = store.connect(db_path)  # back to the store as migration 9 left it, rows and all
+    for column in ("chain_state", "request_prefixes", "source_line_path"):
+        con.execute(f"ALTER TABLE llm_calls DROP COLUMN {column}")
+    con.execute("DELETE FROM schema_migrations WHERE version = 10")
+    con.close()
+
+    result = runner.invoke(cli, ["ingest", str(late), "--db", str(db_path), "--json"])
+    assert result.exit_code == 0, result.output
+    # the earlier part kept no hashes: the parts stay apart, as docs/formats.md says
+    assert json.loads(result.stdout)["joined"] == []
+    con = store.connect(db_path, read_only=True)
+    assert store.applied_migrations(con) == sorted(m.version for m in store.MIGRATIONS)
+    assert con.execute("SELECT count(*) FROM traces").fetchone() == (10,)
+    con.close()
+    fresh = tmp_path / "fresh.duckdb"
+    result = runner.invoke(cli, ["ingest", str(early), str(late), "--db", str(fresh), "--json"])
+    assert len(json.loads(result.stdout)["joined"]) == 2
 
 
 def test_store_written_before_resumed_session_marks_upgrades_and_analyses(db_path, tmp_path, runner):

@@ -50,6 +50,13 @@ class LlmCall:
     # Where one API response can be logged in more than one trace (a resumed Claude Code session
     # copies the conversation it resumes), the key that identifies it across them.
     response_key: str | None = None
+    # Per-request logs (`ingest.api_log`): the conversation's hash after this call's response, and,
+    # on a call that opens its trace mid-conversation, its request's prefix hashes, by which a trace
+    # continued in another file (a rotated log) is found; and the file `source_line` is a line of,
+    # where it is not the trace's (a trace joined from several files).
+    chain_state: str | None = None
+    request_prefixes: list[str] | None = None
+    source_line_path: str | None = None
 
 
 @dataclass

@@ -443,6 +443,21 @@ MIGRATIONS: list[Migration] = [
         ALTER TABLE sources ADD COLUMN described_traces JSON;
         """,
     ),
+    Migration(
+        10,
+        "conversations of a per-request log continued in another file (a rotated log) joined",
+        """
+        -- Per-request logs (OpenAI / Anthropic gateway logs): `chain_state` is the hash of the
+        -- conversation after the call's response; `request_prefixes`, on a call that opens its trace
+        -- mid-conversation, the hashes of its request's message prefixes: a trace whose call has
+        -- one of them as its state, in another file, is the conversation it continues
+        -- (ingest.log_joins). `source_line_path` is the file `source_line` is a line of, where it
+        -- is not the trace's `source_path` (a trace joined from several files).
+        ALTER TABLE llm_calls ADD COLUMN chain_state TEXT;
+        ALTER TABLE llm_calls ADD COLUMN request_prefixes TEXT[];
+        ALTER TABLE llm_calls ADD COLUMN source_line_path TEXT;
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = max(m.version for m in MIGRATIONS)

@@ -33,8 +33,9 @@ def ingest(paths, db, fmt, strict, as_json, verbose):
     Each file's format is detected from its content. Files already ingested
     with the same content are skipped; a changed file replaces what it gave.
     Records that cannot be used go to the `rejects` table with their line. A
-    trace whose parts lie in several files (a rotated OTel export, Langfuse or
-    LangSmith pages, Langfuse's traces table) is joined into one.
+    trace whose parts lie in several files (a rotated gateway log or OTel
+    export, Langfuse or LangSmith pages, Langfuse's traces table) is joined
+    into one.
 
     \b
     Examples:
@@ -51,6 +52,7 @@ def ingest(paths, db, fmt, strict, as_json, verbose):
                     "problems": report.problems,
                     "joined": report.joined,
                     "left_apart": report.left_apart,
+                    "after_joins": report.after_joins,
                     "totals": report.totals(),
                 },
                 indent=2,

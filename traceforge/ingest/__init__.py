@@ -24,7 +24,8 @@ import duckdb
 
 from traceforge import store
 from traceforge.ingest import detect, parallel, writer
-from traceforge.ingest.joins import JoinReport, join_split_traces
+from traceforge.ingest.joins import JoinReport, holdings, join_split_traces
+from traceforge.ingest.log_joins import join_log_conversations
 from traceforge.ingest.sources import SourceError, expand_paths, sha256_file
 from traceforge.ingest.stream import ContentError, open_records
 from traceforge.ingest.writer import ParsedFile
@@ -58,6 +59,9 @@ class IngestReport:
     problems: list[str] = field(default_factory=list)  # arguments that matched nothing
     joined: list[str] = field(default_factory=list)  # source trace ids joined from several files
     left_apart: dict[str, str] = field(default_factory=dict)  # such an id -> why its parts were not
+    # After joins, what the store holds of the files written: the files' own counts above are
+    # what each gave alone (the part of a conversation in a later file re-sends the earlier turns).
+    after_joins: dict[str, int] | None = None
 
     def add_joins(self, joins: JoinReport) -> None:
         """A batch's joins: a trace joined again by a later batch is listed once; one whose parts a
@@ -155,6 +159,10 @@ def ingest_paths(
         # nothing written: parts left apart earlier are joined once their files can be read again
         with store.transaction(con):
             report.add_joins(join_split_traces(con))
+            report.add_joins(join_log_conversations(con))
+    if report.joined:
+        written = [f.path for f in report.files if f.status in ("new", "changed")]
+        report.after_joins = holdings(con, written)
     return report
 
 

@@ -148,6 +148,9 @@ class Exchange:
     agent: str | None
     prefixes: list[bytes] = field(default_factory=list)
     state: bytes = b""
+    hashed: bool = False  # `prefixes` and `state` are set (`hash_chain`)
+    request_length: int = 0  # messages in the request
+    opens_mid_conversation: bool = False  # the request holds an assistant turn
     # Where the request is converted only if needed (per-request logs): its messages' keys now,
     # the messages and their error flags from `convert_request()` for a conversation's last request.
     request_keys: list[str] | None = None
@@ -210,7 +213,8 @@ class RequestKeys:
 _RAW_ENCODER = json.JSONEncoder(ensure_ascii=False, check_circular=False)
 
 
-def _exchange(record: Record, keys: RequestKeys) -> Exchange | Reject:
+def exchange_of(record: Record, keys: RequestKeys) -> Exchange | Reject:
+    """A log record's call, converted, or why it cannot be used."""
     request, response, value = unwrap(record.value)
     if request is None:
         return Reject(record.line, "not an API log record: no request with a `messages` list", record.raw)
@@ -274,11 +278,11 @@ def apply_timing(call: LlmCall, value: dict, response: dict) -> None:
 
 def parse(records: Iterable[Record], source_path: str) -> ParseResult:
     result = ParseResult()
-    conversations = Conversations()
+    conversations = Conversations(rejoinable=True)
     keys = RequestKeys()
     for record in records:
         result.records += 1
-        converted = _exchange(record, keys)
+        converted = exchange_of(record, keys)
         if isinstance(converted, Reject):
             result.rejects.append(converted)
             continue
@@ -303,6 +307,26 @@ def build_traces(exchanges: list[Exchange], shape: str = "api-log") -> list[Trac
     return conversations.traces()
 
 
+def hash_chain(exchange: Exchange) -> None:
+    """Set the exchange's request-prefix hashes and its state after the response (once)."""
+    if exchange.hashed:
+        return
+    keys = exchange.request_keys
+    if keys is None:
+        keys = [message_key(m) for m in exchange.request]
+    exchange.request_keys = None
+    exchange.request_length = len(keys)
+    exchange.opens_mid_conversation = any(key.startswith(_ASSISTANT_KEY) for key in keys)
+    exchange.prefixes = grouping.message_hashes(keys)
+    start = exchange.prefixes[-1] if exchange.prefixes else None
+    added = grouping.message_hashes([message_key(m) for m in exchange.response], start=start)
+    exchange.state = added[-1] if added else start or grouping.message_hashes([""])[-1]
+    exchange.hashed = True
+
+
+_ASSISTANT_KEY = '["assistant",'
+
+
 class Conversations:
     """Exchanges grouped into conversations as they come (see `build_traces`), holding per
     conversation only what its trace needs: each exchange's call and response, the number of
@@ -311,8 +335,11 @@ class Conversations:
     growing with the square of a conversation's length; this keeps it linear.
     """
 
-    def __init__(self, shape: str = "api-log") -> None:
+    def __init__(self, shape: str = "api-log", rejoinable: bool = False) -> None:
         self.shape = shape
+        # Keep on each call what finds its conversation's parts in other files (`ingest.log_joins`):
+        # its `chain_state`, and an opening call's `request_prefixes`.
+        self.rejoinable = rejoinable
         self.chainer = grouping.Chainer()
         self.exchanges: list[list[Exchange]] = []  # per conversation
         self.request_lengths: list[list[int]] = []
@@ -321,17 +348,15 @@ class Conversations:
         self.lines: list[int] = []  # per exchange, in the order added
 
     def add(self, exchange: Exchange) -> None:
-        keys = exchange.request_keys
-        if keys is None:
-            keys = [message_key(m) for m in exchange.request]
-        exchange.request_keys = None
-        prefixes = grouping.message_hashes(keys)
-        start = prefixes[-1] if prefixes else None
-        added = grouping.message_hashes([message_key(m) for m in exchange.response], start=start)
-        exchange.state = added[-1] if added else start or grouping.message_hashes([""])[-1]
-        exchange.prefixes = []
+        hash_chain(exchange)
+        prefixes, exchange.prefixes = exchange.prefixes, []
         chain = self.chainer.add(prefixes, exchange.state, exchange.key)
         self.lines.append(exchange.line)
+        if self.rejoinable:
+            exchange.call.chain_state = exchange.state.hex()
+            opens = chain == len(self.exchanges) and self.chainer.chains[chain].parent is None
+            if opens and exchange.opens_mid_conversation:
+                exchange.call.request_prefixes = [digest.hex() for digest in prefixes]
         if chain == len(self.exchanges):
             self.exchanges.append([])
             self.request_lengths.append([])
@@ -341,7 +366,7 @@ class Conversations:
             superseded = self.exchanges[chain][-1]  # the new request holds its request again
             superseded.request, superseded.convert_request = [], None
         self.exchanges[chain].append(exchange)
-        self.request_lengths[chain].append(len(keys))
+        self.request_lengths[chain].append(exchange.request_length)
         for definition in exchange.tool_defs:
             self.tool_defs[chain][definition.name] = definition
         exchange.tool_defs = []

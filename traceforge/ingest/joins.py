@@ -102,6 +102,25 @@ WHERE list_contains(coalesce(json_extract_string(attributes, '$.source_paths[*]'
 """
 
 
+# The traces, LLM calls and tool calls the store holds of some files, a joined trace counted once.
+_HOLDINGS = """
+WITH held AS (
+    SELECT trace_id FROM traces
+    WHERE source_path IN (SELECT unnest(?::VARCHAR[]))
+       OR list_has_any(coalesce(json_extract_string(attributes, '$.source_paths[*]'), []), ?::VARCHAR[])
+)
+SELECT (SELECT count(*) FROM held),
+       (SELECT count(*) FROM llm_calls WHERE trace_id IN (SELECT trace_id FROM held)),
+       (SELECT count(*) FROM tool_calls WHERE trace_id IN (SELECT trace_id FROM held))
+"""
+
+
+def holdings(con: duckdb.DuckDBPyConnection, paths: list[str]) -> dict[str, int]:
+    """What the store holds of `paths`: traces, LLM calls and tool calls, a joined trace once."""
+    traces, llm_calls, tool_calls = con.execute(_HOLDINGS, [paths, paths]).fetchone()
+    return {"traces": traces, "llm_calls": llm_calls, "tool_calls": tool_calls}
+
+
 @dataclass(frozen=True)
 class _Joinable:
     """How a format's parts of one trace are read again from a file and put together."""
@@ -144,6 +163,10 @@ class JoinReport:
     joined: list[str] = field(default_factory=list)  # source trace ids now built from several files
     left_apart: dict[str, str] = field(default_factory=dict)  # such an id -> why its parts were not
 
+    def extend(self, other: JoinReport) -> None:
+        self.joined.extend(other.joined)
+        self.left_apart.update(other.left_apart)
+
 
 @dataclass
 class _Group:
@@ -165,7 +188,7 @@ def join_split_traces(con: duckdb.DuckDBPyConnection, replaced: Iterable[str] = 
     found = con.execute(
         _GROUPS, [_BY_CONVERSATION, writer.TRACE_ID_SUFFIX, sorted(JOINABLE), sorted(replaced)]
     ).fetchall()
-    groups = [group for row in found if _worth_trying(group := _Group(*row))]
+    groups = [group for row in found if worth_trying((group := _Group(*row)).settled, group.missing)]
     if not groups:
         return report
     _read_parts(con, groups)
@@ -174,23 +197,33 @@ def join_split_traces(con: duckdb.DuckDBPyConnection, replaced: Iterable[str] = 
         if joined is None:
             reason = group.problem or "no LLM call or tool execution is left in its files"
             report.left_apart[group.key] = reason
-            marker = {"left_apart": {"reason": reason, "missing": group.gone}}
-            con.execute(
-                "UPDATE traces SET attributes = json_merge_patch(attributes, ?) "
-                "WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))",
-                [json.dumps(marker), group.trace_ids],
-            )
+            mark_left_apart(con, group.trace_ids, reason, group.gone)
             continue
-        _replace(con, group, *joined)
+        traces, primary, line = joined
+        for trace in traces:
+            trace.source_line = line
+        replace_traces(con, group.trace_ids, [(primary, trace) for trace in traces], group.paths)
         report.joined.append(group.key)
     return report
 
 
-def _worth_trying(group: _Group) -> bool:
+def mark_left_apart(
+    con: duckdb.DuckDBPyConnection, trace_ids: list[str], reason: str, gone: str | None
+) -> None:
+    """Mark the parts of a trace that could not be joined: why, and the file that was gone then."""
+    marker = {"left_apart": {"reason": reason, "missing": gone}}
+    con.execute(
+        "UPDATE traces SET attributes = json_merge_patch(attributes, ?) "
+        "WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))",
+        [json.dumps(marker), trace_ids],
+    )
+
+
+def worth_trying(settled: bool, missing: str | None) -> bool:
     """Parts left apart before are tried again only when something may have changed: a file of
     theirs written since (its part then carries no mark) or the missing file back. So a file
     deleted for good (an exporter's retention) is reported once, not read around at every ingest."""
-    return not group.settled or (group.missing is not None and os.path.exists(group.missing))
+    return not settled or (missing is not None and os.path.exists(missing))
 
 
 def _read_parts(con: duckdb.DuckDBPyConnection, groups: list[_Group]) -> None:
@@ -206,7 +239,7 @@ def _read_parts(con: duckdb.DuckDBPyConnection, groups: list[_Group]) -> None:
         ).fetchall()
     )
     for (path, source_format), readers in sorted(wanted.items()):
-        problem, gone = _unreadable(path, ingested.get(path))
+        problem, gone = unreadable(path, ingested.get(path))
         parts: dict[str, list[Any]] = {}
         if problem is None:
             try:
@@ -222,7 +255,7 @@ def _read_parts(con: duckdb.DuckDBPyConnection, groups: list[_Group]) -> None:
             group.parts.extend((path, part) for part in parts.get(group.key, []))
 
 
-def _unreadable(path: str, sha256: str | None) -> tuple[str | None, str | None]:
+def unreadable(path: str, sha256: str | None) -> tuple[str | None, str | None]:
     """Why `path` cannot be read again as the file ingested, or None; and the path when it is gone."""
     if sha256 is None:
         return f"{path} is not an ingested file", None
@@ -251,23 +284,25 @@ def _joined_traces(group: _Group) -> tuple[list[Trace], str, int | None] | None:
     return traces, primary, line
 
 
-def _replace(
-    con: duckdb.DuckDBPyConnection, group: _Group, traces: list[Trace], primary: str, line: int | None
+def replace_traces(
+    con: duckdb.DuckDBPyConnection, old_ids: list[str], placed: list[tuple[str, Trace]], paths: list[str]
 ) -> None:
-    """The parts' rows (and their analysis) deleted, the joined traces written in their place."""
+    """The rows of the traces `old_ids` (and their analysis) deleted, the joined traces written in
+    their place, each with its file (`placed`: (source_path, trace)); `paths` are every file
+    involved, whose counts are updated."""
     for table in (*writer.TRACE_TABLES, "traces"):
-        con.execute(f"DELETE FROM {table} WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))", [group.trace_ids])
-    parsed = writer.ParsedFile(primary, "", 0, group.source_format, ParseResult(traces=traces))
+        con.execute(f"DELETE FROM {table} WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))", [old_ids])
+    traces = [trace for _, trace in placed]
+    parsed = writer.ParsedFile("", "", 0, None, ParseResult(traces=traces))
     ids = writer._assign_ids(con, [parsed])
     by_source_id = {trace.source_id: ids.trace[id(trace)] for trace in traces}
     rows = writer.Rows()
-    for trace in traces:
-        trace.source_line = line
-        writer._add_trace(rows, primary, trace, ids, by_source_id)
+    for path, trace in placed:
+        writer._add_trace(rows, path, trace, ids, by_source_id)
     for table in writer.SCHEMAS:
         if rows.count(table):
             store.insert_frame(con, table, rows.frame(table))
-    _recount(con, group.paths)
+    _recount(con, paths)
 
 
 def _recount(con: duckdb.DuckDBPyConnection, paths: list[str]) -> None:

@@ -27,6 +27,7 @@ from traceforge import store
 from traceforge.ingest import writer
 from traceforge.ingest.copies import mark_copies
 from traceforge.ingest.joins import JoinReport, join_split_traces
+from traceforge.ingest.log_joins import join_log_conversations
 from traceforge.ingest.sources import sha256_file
 from traceforge.workers import ordered_map
 
@@ -109,8 +110,8 @@ def write_batch(
 ) -> JoinReport:
     """Write a batch in one transaction: prepared files whose ids are free as they are, the rest
     (collisions, duplicates) through `writer` after parsing them again with `reparse(path, sha)`;
-    then join the OTel traces now spread over several files (`ingest.joins`) and mark the requests
-    logged twice (`ingest.copies`). Returns what was joined."""
+    then join the traces now spread over several files (`ingest.joins`, `ingest.log_joins`) and
+    mark the requests logged twice (`ingest.copies`). Returns what was joined."""
     replaced = [item.path for item in items if item.path in replaces]
     with store.transaction(con):
         for path in replaced:
@@ -140,6 +141,7 @@ def write_batch(
                 if rows.count(table):
                     store.insert_frame(con, table, rows.frame(table))
         joins = join_split_traces(con, replaced)
+        joins.extend(join_log_conversations(con, replaced))
         mark_copies(con)
     return joins
 

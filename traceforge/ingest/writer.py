@@ -59,6 +59,9 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "finish_reason": pl.Utf8,
         "source_line": pl.Int64,
         "response_key": pl.Utf8,
+        "chain_state": pl.Utf8,
+        "request_prefixes": pl.List(pl.Utf8),
+        "source_line_path": pl.Utf8,
     },
     "tool_calls": {
         "tool_call_id": pl.Utf8,
@@ -246,6 +249,7 @@ _PATH_COLUMNS = (
     ("sources", "path"),
     ("sources", "duplicate_of"),
     ("traces", "source_path"),
+    ("llm_calls", "source_line_path"),
     ("rejects", "source_path"),
 )
 
@@ -432,6 +436,9 @@ def _add_trace(rows: Rows, path: str, trace: Trace, ids: _Ids, by_source_id: dic
             finish_reason=call.finish_reason,
             source_line=call.source_line,
             response_key=call.response_key,
+            chain_state=call.chain_state,
+            request_prefixes=call.request_prefixes,
+            source_line_path=call.source_line_path,
         )
 
     def tool_id(local_id: str | None) -> str | None:

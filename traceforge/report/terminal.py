@@ -78,10 +78,18 @@ def render_ingest(console: Console, report: IngestReport, verbose: bool = False)
         + "."
     )
     if report.joined:
+        held = report.after_joins
         console.print(
             f"Joined {plural(len(report.joined), 'trace')} whose parts lay in several files (a rotated "
-            "or paged export, a traces table exported apart): each is one trace, "
-            "`attributes.source_paths` its files."
+            "log or export, a paged export, a traces table exported apart): each is one trace, "
+            "`attributes.source_paths` its files"
+            + (
+                f"; the store now holds {plural(held['traces'], 'trace')}, "
+                f"{plural(held['llm_calls'], 'LLM call')}, {plural(held['tool_calls'], 'tool call')} "
+                "of these files."
+                if held
+                else "."
+            )
         )
     for trace_id, reason in report.left_apart.items():
         console.print(

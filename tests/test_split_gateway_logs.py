@@ -1,0 +1,240 @@
+"""Per-request gateway logs whose conversations lie in several files: a log rotated in the middle of
+a conversation, the instances of a load-balanced gateway each writing their own log. Ingested
+together, one after the other in either order, or with a file still growing, they give the
+conversations, calls, DAG and analysis the whole log gives.
+
+The logs are the recorded samples `openai_chat_gateway.jsonl` (8 conversations, some with a
+session id, some chained by their prefixes only, interleaved as a gateway logs them) and
+`anthropic_messages_gateway.jsonl.gz`; cutting between lines is what a rotation does. A trace
+whose first call lies in the later file gets an id from that file (ids are stable per input), so
+traces are compared by their first call's id."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from accounting import assert_accounting
+from split_traces import CONTENT, ingest, run, write
+
+from traceforge import store
+from traceforge.cli import cli
+
+SAMPLES = Path(__file__).parent.parent / "sample_traces"
+OPENAI = SAMPLES / "openai_chat_gateway.jsonl"
+ANTHROPIC = SAMPLES / "anthropic_messages_gateway.jsonl.gz"
+# A branch's line is in the file of the call it branched from.
+BRANCH_LINE_REMOVED = "json_remove(attributes, '$.branched_from_line')"
+# Where a trace's calls came from, which only the split stores say.
+WHERE = {"llm_calls": "SELECT * EXCLUDE (source_line, source_line_path) FROM llm_calls"}
+
+
+def lines(path: Path) -> list[str]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as handle:
+        return handle.readlines()
+
+
+def content(runner, db: Path) -> dict[str, list[tuple]]:
+    """Everything the store holds of its traces and what `analyze` makes of them, each trace named
+    by its first call's id (a provider's response id in these logs)."""
+    run(runner, "deps", "--db", str(db))
+    con = store.connect(db, read_only=True)
+    try:
+        names = dict(con.execute("SELECT trace_id, call_id FROM llm_calls WHERE seq = 0").fetchall())
+        tables = {}
+        for table, sql in {**CONTENT, **WHERE}.items():
+            sql = sql.replace("json_remove(attributes, ", f"json_remove({BRANCH_LINE_REMOVED}, ")
+            tables[table] = sorted((_renamed(row, names) for row in con.execute(sql).fetchall()), key=repr)
+        return tables
+    finally:
+        con.close()
+
+
+def _renamed(row: tuple, names: dict[str, str]) -> tuple:
+    def rename(value):
+        if not isinstance(value, str):
+            return value
+        for trace_id, name in names.items():
+            value = value.replace(trace_id, f"<{name}>")
+        return value
+
+    return tuple(rename(value) for value in row)
+
+
+def whole(runner, folder: Path, rows: list[str]) -> dict[str, list[tuple]]:
+    db = folder / "whole.duckdb"
+    ingest(runner, db, write(folder / "whole" / "gateway.jsonl", "".join(rows)))
+    return content(runner, db)
+
+
+def report_of(runner, db: Path, folder: Path) -> dict:
+    """`analyze` of files already ingested: what it reports of the store."""
+    out = Path(str(db) + ".out")
+    result = runner.invoke(cli, ["analyze", str(folder), "--db", str(db), "--out", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def comparable(report: dict) -> dict:
+    """The analysis's figures, floats to 12 significant digits (sums taken in another order),
+    without trace ids (a trace whose first call is in a later file has an id from that file)."""
+
+    def rounded(value):
+        if isinstance(value, float):
+            return float(f"{value:.12g}")
+        if isinstance(value, dict):
+            return {key: rounded(item) for key, item in value.items() if key != "trace_id"}
+        if isinstance(value, list):
+            return [rounded(item) for item in value]
+        return value
+
+    return rounded({key: report[key] for key in ("spend", "parallel", "inference", "by_workload_model")})
+
+
+def check_accounting(db: Path) -> None:
+    con = store.connect(db, read_only=True)
+    try:
+        assert_accounting(con)
+        sql = "SELECT count(*) FROM llm_calls WHERE request_prefixes IS NOT NULL"
+        (openers,) = con.execute(sql).fetchone()
+        assert openers == 0  # every conversation found its beginning
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize(
+    ("sample", "cut", "joined"),
+    [
+        (OPENAI, 20, 2),  # in a session's conversation and a chained one, interleaved
+        (OPENAI, 45, 1),  # a session after its second call
+        (ANTHROPIC, 5, 1),  # a session's conversation
+        (ANTHROPIC, 13, 1),  # a conversation chained by its prefixes only
+    ],
+)
+def test_a_log_rotated_mid_conversation_gives_the_whole_logs_traces(runner, tmp_path, sample, cut, joined):
+    rows = lines(sample)
+    early = write(tmp_path / "logs" / "gateway.1.jsonl", "".join(rows[:cut]))
+    late = write(tmp_path / "logs" / "gateway.2.jsonl", "".join(rows[cut:]))
+    db = tmp_path / "store.duckdb"
+    report = ingest(runner, db, tmp_path / "logs")
+    assert len(report["joined"]) == joined and report["left_apart"] == {}
+    expected = whole(runner, tmp_path, rows)
+    assert report["after_joins"]["tool_calls"] == len(expected["tool_calls"])
+    assert content(runner, db) == expected
+    con = store.connect(db, read_only=True)
+    try:
+        spread = con.execute(
+            "SELECT trace_id, source_path, attributes->>'$.source_paths' FROM traces "
+            "WHERE json_exists(attributes, '$.source_paths') ORDER BY 1"
+        ).fetchall()
+        logged_elsewhere = con.execute(
+            "SELECT DISTINCT trace_id, source_line_path FROM llm_calls WHERE source_line_path IS NOT NULL "
+            "ORDER BY 1"
+        ).fetchall()
+    finally:
+        con.close()
+    assert sorted(row[0] for row in spread) == sorted(report["joined"])
+    files = json.dumps([str(early), str(late)], separators=(",", ":"))
+    assert all(path == str(early) and paths == files for _, path, paths in spread)
+    assert logged_elsewhere == [(trace_id, str(late)) for trace_id, _, _ in spread]
+    check_accounting(db)
+    split = report_of(runner, db, tmp_path / "logs")
+    assert comparable(split) == comparable(report_of(runner, tmp_path / "whole.duckdb", tmp_path / "whole"))
+
+
+def test_the_logs_of_a_load_balanced_gateway_give_the_whole_logs_traces(runner, tmp_path):
+    """Two instances, each taking every other call: every conversation alternates between files,
+    so each file's calls chain only with the other's."""
+    rows = lines(OPENAI)
+    write(tmp_path / "logs" / "instance-a.jsonl", "".join(rows[0::2]))
+    write(tmp_path / "logs" / "instance-b.jsonl", "".join(rows[1::2]))
+    db = tmp_path / "store.duckdb"
+    report = ingest(runner, db, tmp_path / "logs")
+    assert len(report["joined"]) == 8 and report["left_apart"] == {}
+    assert content(runner, db) == whole(runner, tmp_path, rows)
+    check_accounting(db)
+
+
+def test_parts_ingested_in_either_order_or_growing_are_joined(runner, tmp_path):
+    rows = lines(OPENAI)
+    expected = whole(runner, tmp_path, rows)
+    early = write(tmp_path / "a" / "gateway.1.jsonl", "".join(rows[:20]))
+    late = write(tmp_path / "b" / "gateway.2.jsonl", "".join(rows[20:]))
+    for name, order in (("forward", (early, late)), ("backward", (late, early))):
+        db = tmp_path / f"{name}.duckdb"
+        assert ingest(runner, db, order[0])["joined"] == []
+        assert len(ingest(runner, db, order[1])["joined"]) == 2, name
+        assert content(runner, db) == expected, name
+        check_accounting(db)
+        assert ingest(runner, db, early, late)["totals"]["files_unchanged"] == 2
+        assert content(runner, db) == expected, name
+
+    # the active log grows after the first ingest; then the rotated one had lost its last lines
+    for name, first, grown in (
+        ("later file grows", (rows[:20], rows[20:40]), (rows[:20], rows[20:])),
+        ("earlier file grows", (rows[:15], rows[20:]), (rows[:20], rows[20:])),
+    ):
+        db = tmp_path / f"{name}.duckdb"
+        one = write(tmp_path / name / "gateway.1.jsonl", "".join(first[0]))
+        two = write(tmp_path / name / "gateway.2.jsonl", "".join(first[1]))
+        ingest(runner, db, one, two)
+        write(one, "".join(grown[0]))
+        write(two, "".join(grown[1]))
+        report = ingest(runner, db, one, two)
+        assert report["totals"]["files_changed"] == 1, name
+        assert content(runner, db) == expected, name
+        check_accounting(db)
+
+
+def test_a_part_whose_file_is_gone_is_kept_apart_until_the_file_is_back(runner, tmp_path):
+    rows = lines(OPENAI)
+    early = write(tmp_path / "logs" / "gateway.1.jsonl", "".join(rows[:20]))
+    late = write(tmp_path / "logs" / "gateway.2.jsonl", "".join(rows[20:]))
+    db = tmp_path / "store.duckdb"
+    ingest(runner, db, early)
+    shutil.move(early, tmp_path / "gateway.1.jsonl")
+    report = ingest(runner, db, late)
+    assert report["joined"] == [] and len(report["left_apart"]) == 2
+    assert all(f"{early} cannot be read again" in reason for reason in report["left_apart"].values())
+    check = run(runner, "ingest", str(late), "--db", str(db))
+    assert "kept in parts" not in check  # reported once, not at every ingest
+    shutil.move(tmp_path / "gateway.1.jsonl", early)
+    report = ingest(runner, db, late)
+    assert len(report["joined"]) == 2 and report["left_apart"] == {}
+    assert content(runner, db) == whole(runner, tmp_path, rows)
+    check_accounting(db)
+
+
+def test_a_joined_conversation_whose_session_id_is_taken_keeps_its_first_parts_id(runner, tmp_path):
+    """Another conversation logged under the same session id, ingested first, holds the id: the
+    joined trace keeps the id its first part was given, and the other trace is left alone."""
+    rows = lines(ANTHROPIC)
+    session = json.loads(rows[0])["metadata"]["session_id"]
+    other = json.loads(rows[9])  # a conversation of its own, logged without a session id
+    other["metadata"]["session_id"] = session
+    db = tmp_path / "store.duckdb"
+    ingest(runner, db, write(tmp_path / "other.jsonl", json.dumps(other) + "\n"))
+    early = write(tmp_path / "logs" / "gateway.1.jsonl", "".join(rows[:5]))
+    assert ingest(runner, db, early)["joined"] == []
+    con = store.connect(db, read_only=True)
+    try:
+        sql = "SELECT trace_id FROM traces WHERE source_path = ?"
+        (first_part,) = con.execute(sql, [str(early)]).fetchone()
+    finally:
+        con.close()
+    assert first_part.startswith(f"{session}@")
+    report = ingest(runner, db, write(tmp_path / "logs" / "gateway.2.jsonl", "".join(rows[5:9])))
+    assert report["joined"] == [first_part]
+    con = store.connect(db, read_only=True)
+    try:
+        traces = con.execute(
+            "SELECT trace_id, count(*) FROM llm_calls GROUP BY trace_id ORDER BY trace_id"
+        ).fetchall()
+    finally:
+        con.close()
+    assert traces == [(session, 1), (first_part, 9)]
+    check_accounting(db)
