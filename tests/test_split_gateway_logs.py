@@ -22,6 +22,7 @@ from split_traces import CONTENT, ingest, run, write
 
 from traceforge import store
 from traceforge.cli import cli
+from traceforge.ingest import sources, stream
 
 SAMPLES = Path(__file__).parent.parent / "sample_traces"
 OPENAI = SAMPLES / "openai_chat_gateway.jsonl"
@@ -237,4 +238,27 @@ def test_a_joined_conversation_whose_session_id_is_taken_keeps_its_first_parts_i
     finally:
         con.close()
     assert traces == [(session, 1), (first_part, 9)]
+    check_accounting(db)
+
+
+def test_a_big_log_is_read_again_for_its_parts_lines_only(runner, tmp_path, monkeypatch):
+    """Files are streamed in chunks here (as logs over 8 MB are): reading the earlier file again,
+    the join parses the lines of the conversations it joins, not the whole file."""
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 32768)  # a few of the sample's lines (up to 10 KB)
+    rows = lines(OPENAI)
+    early = write(tmp_path / "logs" / "gateway.1.jsonl", "".join(rows[:20]))
+    late = write(tmp_path / "logs" / "gateway.2.jsonl", "".join(rows[20:]))
+    db = tmp_path / "store.duckdb"
+    ingest(runner, db, early)
+    parsed, parse_json = [], sources.parse_json
+
+    def counted(text: str, *args, **kwargs):
+        parsed.append(text)
+        return parse_json(text, *args, **kwargs)
+
+    monkeypatch.setattr(sources, "parse_json", counted)
+    assert len(ingest(runner, db, late)["joined"]) == 2
+    earlier = {row.strip() for row in rows[:20]}
+    assert 0 < sum(text.strip() in earlier for text in parsed) < 20
+    assert content(runner, db) == whole(runner, tmp_path, rows)
     check_accounting(db)

@@ -189,7 +189,7 @@ def _read_calls(families: list[_Family], ingested: dict[str, str]) -> dict[str, 
         if problem is None:
             keys = api_log.RequestKeys()
             try:
-                for record in open_records(Path(path), [], ingested[path]).records:
+                for record in open_records(Path(path), [], ingested[path], wanted[path]).records:
                     family = wanted[path].get(record.line)
                     if family is None:
                         continue

@@ -19,7 +19,7 @@ import io
 import json
 import os
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -210,9 +210,13 @@ def read_records(source: SourceFile, rejects: list[Reject]) -> Iterator[Record]:
     yield from records
 
 
-def _read_json_lines(data: bytes, rejects: list[Reject]) -> Iterator[Record]:
+def _read_json_lines(
+    data: bytes, rejects: list[Reject], wanted: Callable[[int], bool] | None = None
+) -> Iterator[Record]:
+    """The records of JSON Lines `data`, numbered from 1; with `wanted`, only the lines it takes
+    (the others are not parsed)."""
     for number, line in enumerate(data.splitlines(), start=1):
-        if not line.strip():
+        if not line.strip() or (wanted is not None and not wanted(number)):
             continue
         try:
             text = line.decode("utf-8").removeprefix("\ufeff")  # a BOM inside: files concatenated

@@ -15,10 +15,11 @@ change what is read.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import zlib
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -56,8 +57,12 @@ class OpenedFile:
     streamed: bool
 
 
-def open_records(path: Path, rejects: list[Reject], sha256: str = "") -> OpenedFile:
-    """The records of `path`; lines that are not JSON go to `rejects` as they are met.
+def open_records(
+    path: Path, rejects: list[Reject], sha256: str = "", lines: Collection[int] | None = None
+) -> OpenedFile:
+    """The records of `path`; lines that are not JSON go to `rejects` as they are met. With `lines`
+    (line numbers), a streamed file's other lines are skipped without being parsed (a file read
+    again for a few of its records); a file read whole still gives every record.
 
     Raises SourceError (as `sources.read_records` does) for a file that cannot be read as records;
     a streamed file can also raise it later, while its records are consumed (gzip data corrupt
@@ -86,7 +91,8 @@ def open_records(path: Path, rejects: list[Reject], sha256: str = "") -> OpenedF
     except BaseException:
         handle.close()
         raise
-    return OpenedFile(_stream(handle, stream, first, rejects), size, first[:SAMPLE_CHARS], streamed=True)
+    records = _stream(handle, stream, first, rejects, lines)
+    return OpenedFile(records, size, first[:SAMPLE_CHARS], streamed=True)
 
 
 def _gzip_error(exc: BaseException) -> SourceError:
@@ -139,13 +145,16 @@ def _lines_in(chunk: bytes) -> int:
     return lines
 
 
-def _stream(handle: BinaryIO, stream: BinaryIO, first: bytes, rejects: list[Reject]) -> Iterator[Record]:
+def _stream(
+    handle: BinaryIO, stream: BinaryIO, first: bytes, rejects: list[Reject], lines: Collection[int] | None
+) -> Iterator[Record]:
     offset = 0
     chunk = first.removeprefix(UTF8_BOM)
     try:
         while chunk:
             chunk_rejects: list[Reject] = []
-            for record in _read_json_lines(chunk, chunk_rejects):
+            wanted = None if lines is None else functools.partial(_wanted, lines, offset)
+            for record in _read_json_lines(chunk, chunk_rejects, wanted):
                 if chunk_rejects:
                     rejects.extend(_shifted(chunk_rejects, offset))
                     chunk_rejects.clear()
@@ -156,6 +165,10 @@ def _stream(handle: BinaryIO, stream: BinaryIO, first: bytes, rejects: list[Reje
             chunk = _read_chunk(stream)
     finally:
         handle.close()
+
+
+def _wanted(lines: Collection[int], offset: int, number: int) -> bool:
+    return number + offset in lines
 
 
 def _shifted(rejects: list[Reject], offset: int) -> list[Reject]:
