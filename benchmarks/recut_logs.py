@@ -23,9 +23,8 @@ def recut(source: Path, out: Path, files_per_format: int) -> list[Path]:
         lines: list[bytes] = []
         for path in sorted(source.glob(f"{fmt}-*.jsonl")):
             lines.extend(path.read_bytes().splitlines(keepends=True))
-        size = -(-len(lines) // files_per_format)
         for k in range(files_per_format):
-            part = lines[k * size : (k + 1) * size]
+            part = lines[k * len(lines) // files_per_format : (k + 1) * len(lines) // files_per_format]
             if part:
                 path = out / f"{fmt}.{k}.jsonl"
                 path.write_bytes(b"".join(part))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,10 @@ from split_traces import CONTENT, ingest, run, write
 from traceforge import store
 from traceforge.cli import cli
 from traceforge.ingest import sources, stream
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import corpus as bench_corpus
+import recut_logs
 
 SAMPLES = Path(__file__).parent.parent / "sample_traces"
 OPENAI = SAMPLES / "openai_chat_gateway.jsonl"
@@ -262,3 +267,20 @@ def test_a_big_log_is_read_again_for_its_parts_lines_only(runner, tmp_path, monk
     assert 0 < sum(text.strip() in earlier for text in parsed) < 20
     assert content(runner, db) == whole(runner, tmp_path, rows)
     check_accounting(db)
+
+
+def test_a_generated_corpus_cut_mid_conversation_gives_what_the_uncut_logs_give(runner, tmp_path):
+    """The benchmark's gateway logs (many interleaved conversations, with and without session ids,
+    both providers) cut by `benchmarks/recut_logs.py` at line counts, not at conversations."""
+    bench_corpus.generate(tmp_path / "corpus", tool_calls=600, file_mb=0.5)
+    uncut = tmp_path / "uncut"
+    uncut.mkdir()
+    for path in (tmp_path / "corpus").glob("*-log-*.jsonl"):
+        shutil.copy(path, uncut / path.name)
+    cut = recut_logs.recut(tmp_path / "corpus", tmp_path / "cut", files_per_format=4)
+    assert len(cut) == 8
+    report = ingest(runner, tmp_path / "cut.duckdb", tmp_path / "cut")
+    assert report["joined"] and report["left_apart"] == {}
+    ingest(runner, tmp_path / "uncut.duckdb", uncut)
+    assert content(runner, tmp_path / "cut.duckdb") == content(runner, tmp_path / "uncut.duckdb")
+    check_accounting(tmp_path / "cut.duckdb")
