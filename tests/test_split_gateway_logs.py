@@ -113,18 +113,25 @@ def check_accounting(db: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("sample", "cut", "joined"),
+    ("sample", "cuts", "joined"),
     [
-        (OPENAI, 20, 2),  # in a session's conversation and a chained one, interleaved
-        (OPENAI, 45, 1),  # a session after its second call
-        (ANTHROPIC, 5, 1),  # a session's conversation
-        (ANTHROPIC, 13, 1),  # a conversation chained by its prefixes only
+        (OPENAI, [20], 2),  # in a session's conversation and a chained one, interleaved
+        (OPENAI, [45], 1),  # a session after its second call
+        (OPENAI, [16, 22], 3),  # a session's conversation over three files
+        (ANTHROPIC, [5], 1),  # a session's conversation
+        (ANTHROPIC, [13], 1),  # a conversation chained by its prefixes only
     ],
 )
-def test_a_log_rotated_mid_conversation_gives_the_whole_logs_traces(runner, tmp_path, sample, cut, joined):
+def test_a_log_rotated_mid_conversation_gives_the_whole_logs_traces(runner, tmp_path, sample, cuts, joined):
     rows = lines(sample)
-    early = write(tmp_path / "logs" / "gateway.1.jsonl", "".join(rows[:cut]))
-    late = write(tmp_path / "logs" / "gateway.2.jsonl", "".join(rows[cut:]))
+    bounds = [0, *cuts, len(rows)]
+    files = []
+    for k in range(len(bounds) - 1):  # rotated files gzipped, as logrotate leaves them
+        text = "".join(rows[bounds[k] : bounds[k + 1]])
+        path = tmp_path / "logs" / (f"gateway.{k}.jsonl.gz" if k < len(cuts) else "gateway.jsonl")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(gzip.compress(text.encode()) if path.suffix == ".gz" else text.encode())
+        files.append(str(path))
     db = tmp_path / "store.duckdb"
     report = ingest(runner, db, tmp_path / "logs")
     assert len(report["joined"]) == joined and report["left_apart"] == {}
@@ -137,16 +144,21 @@ def test_a_log_rotated_mid_conversation_gives_the_whole_logs_traces(runner, tmp_
             "SELECT trace_id, source_path, attributes->>'$.source_paths' FROM traces "
             "WHERE json_exists(attributes, '$.source_paths') ORDER BY 1"
         ).fetchall()
-        logged_elsewhere = con.execute(
-            "SELECT DISTINCT trace_id, source_line_path FROM llm_calls WHERE source_line_path IS NOT NULL "
-            "ORDER BY 1"
-        ).fetchall()
+        # each call's file, in the order of the trace's calls
+        call_files = dict(
+            con.execute(
+                "SELECT c.trace_id, list(coalesce(c.source_line_path, t.source_path) ORDER BY c.seq) "
+                "FROM llm_calls c JOIN traces t USING (trace_id) GROUP BY 1"
+            ).fetchall()
+        )
     finally:
         con.close()
     assert sorted(row[0] for row in spread) == sorted(report["joined"])
-    files = json.dumps([str(early), str(late)], separators=(",", ":"))
-    assert all(path == str(early) and paths == files for _, path, paths in spread)
-    assert logged_elsewhere == [(trace_id, str(late)) for trace_id, _, _ in spread]
+    for trace_id, path, paths in spread:
+        assert path == call_files[trace_id][0]
+        assert json.loads(paths) == sorted(set(call_files[trace_id])) and len(json.loads(paths)) > 1
+        # the calls lie in the files in the log's order: each file's calls after the earlier file's
+        assert call_files[trace_id] == sorted(call_files[trace_id], key=files.index)
     check_accounting(db)
     split = report_of(runner, db, tmp_path / "logs")
     assert comparable(split) == comparable(report_of(runner, tmp_path / "whole.duckdb", tmp_path / "whole"))

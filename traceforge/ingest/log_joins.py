@@ -64,9 +64,10 @@ ORDER BY 1, 2
 # Joined log traces holding calls of a file this transaction wrote again: built again from the
 # files' content.
 _REWRITTEN = """
-SELECT DISTINCT t.trace_id FROM traces t JOIN llm_calls c USING (trace_id)
-WHERE c.chain_state IS NOT NULL
-  AND list_has_any(coalesce(json_extract_string(t.attributes, '$.source_paths[*]'), []), ?::VARCHAR[])
+SELECT trace_id FROM traces
+WHERE json_exists(attributes, '$.source_paths')
+  AND list_has_any(json_extract_string(attributes, '$.source_paths[*]'), ?::VARCHAR[])
+  AND trace_id IN (SELECT trace_id FROM llm_calls WHERE chain_state IS NOT NULL)
 ORDER BY 1
 """
 
