@@ -5,7 +5,9 @@ conversations, calls, DAG and analysis the whole log gives.
 
 The logs are the recorded samples `openai_chat_gateway.jsonl` (8 conversations, some with a
 session id, some chained by their prefixes only, interleaved as a gateway logs them) and
-`anthropic_messages_gateway.jsonl.gz`; cutting between lines is what a rotation does. A trace
+`anthropic_messages_gateway.jsonl.gz`, and the Responses API fixture `gateway.jsonl` (a
+conversation chained by `previous_response_id`, a stateless one); cutting between lines is what a
+rotation does. A trace
 whose first call lies in the later file gets an id from that file (ids are stable per input), so
 traces are compared by their first call's id."""
 
@@ -32,6 +34,7 @@ import recut_logs
 SAMPLES = Path(__file__).parent.parent / "sample_traces"
 OPENAI = SAMPLES / "openai_chat_gateway.jsonl"
 ANTHROPIC = SAMPLES / "anthropic_messages_gateway.jsonl.gz"
+RESPONSES = Path(__file__).parent / "fixtures" / "openai_responses" / "gateway.jsonl"
 # A branch's line is in the file of the call it branched from.
 BRANCH_LINE_REMOVED = "json_remove(attributes, '$.branched_from_line')"
 # Where a trace's calls came from, which only the split stores say.
@@ -120,6 +123,9 @@ def check_accounting(db: Path) -> None:
         (OPENAI, [16, 22], 3),  # a session's conversation over three files
         (ANTHROPIC, [5], 1),  # a session's conversation
         (ANTHROPIC, [13], 1),  # a conversation chained by its prefixes only
+        (RESPONSES, [2], 1),  # a Responses conversation chained by `previous_response_id`
+        (RESPONSES, [1, 4], 1),  # ... over three files
+        (RESPONSES, [7], 1),  # a stateless one (each request re-sends its input), logged without times
     ],
 )
 def test_a_log_rotated_mid_conversation_gives_the_whole_logs_traces(runner, tmp_path, sample, cuts, joined):

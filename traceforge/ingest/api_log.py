@@ -291,7 +291,7 @@ def parse(records: Iterable[Record], source_path: str) -> ParseResult:
     return result
 
 
-def build_traces(exchanges: list[Exchange], shape: str = "api-log") -> list[Trace]:
+def build_traces(exchanges: list[Exchange], shape: str = "api-log", rejoinable: bool = False) -> list[Trace]:
     """Group converted API calls into conversations, one trace each.
 
     `exchanges` are taken in the order they happened (a continuation comes after the call it
@@ -299,9 +299,9 @@ def build_traces(exchanges: list[Exchange], shape: str = "api-log") -> list[Trac
     and by prefix chaining (`traceforge.ingest.grouping`). An exchange whose response added no message
     (a call that failed) is an LLM call of its conversation without a message of its own. Traces get
     `attributes["shape"] = shape`. The exchanges are consumed: their requests and tool definitions
-    become the traces'.
+    become the traces'. `rejoinable`: see `Conversations`.
     """
-    conversations = Conversations(shape)
+    conversations = Conversations(shape, rejoinable)
     for exchange in exchanges:
         conversations.add(exchange)
     return conversations.traces()

@@ -1,5 +1,5 @@
-"""Conversations of a per-request log (an OpenAI or Anthropic gateway log) whose calls lie in more
-than one file, joined into one trace.
+"""Conversations of a per-request log (an OpenAI Chat Completions, Anthropic Messages or OpenAI
+Responses gateway log) whose calls lie in more than one file, joined into one trace.
 
 A gateway rotates its log by size or by day, and a load-balanced gateway writes a log per instance,
 so the calls of one conversation can lie in several files. Files are parsed one at a time, and a
@@ -13,7 +13,8 @@ So every call of a log keeps the hash of its conversation after its response
 prefix hashes (`llm_calls.request_prefixes`). After every write, in the write's transaction,
 `join_log_conversations` matches them across files in SQL: an opening call one of whose prefixes
 is a call's state in another file (with the same explicit conversation id, or none) continues that
-call's conversation. The traces so linked, with the traces they branched from and those that
+call's conversation; so does a Responses API call whose `previous_response_id`, missing from its
+file, is another file's call. The traces so linked, with the traces they branched from and those that
 branched from them, are read again from their files (only the lines of their calls, each file
 checked against its ingested SHA-256) and chained as one log holding all of them would have been:
 each file's calls in its order, a call after the call whose conversation it continues, otherwise by
@@ -27,21 +28,24 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import networkx as nx
 
-from traceforge.ingest import api_log
+from traceforge.ingest import api_log, grouping, openai_responses
 from traceforge.ingest.joins import JoinReport, mark_left_apart, replace_traces, unreadable, worth_trying
-from traceforge.ingest.sources import SourceError
+from traceforge.ingest.sources import Record, SourceError
 from traceforge.ingest.stream import open_records
-from traceforge.model import Trace
+from traceforge.model import Message, Trace
 
 # Pairs (a trace opening mid-conversation, a trace in another file holding a call whose state is
-# one of the opening request's prefixes): the second holds the conversation the first continues.
+# one of the opening request's prefixes, with the same explicit conversation id or none; or, for
+# the Responses API, whose response id is the `previous_response_id` its file does not hold): the
+# second holds the conversation the first continues.
 _CONTINUATIONS = """
 WITH openers AS (
     SELECT c.trace_id,
@@ -51,13 +55,21 @@ WITH openers AS (
     FROM llm_calls c JOIN traces t USING (trace_id)
     WHERE c.request_prefixes IS NOT NULL
 )
-SELECT DISTINCT o.trace_id, c.trace_id
+SELECT o.trace_id, c.trace_id
 FROM openers o
 JOIN llm_calls c ON c.chain_state = o.state
 JOIN traces t ON t.trace_id = c.trace_id
 WHERE c.trace_id <> o.trace_id
   AND coalesce(c.source_line_path, t.source_path) <> o.file
   AND json_extract_string(t.attributes, '$.conversation_id') IS NOT DISTINCT FROM o.key
+UNION
+SELECT o.trace_id, c.trace_id
+FROM openers o
+JOIN llm_calls c ON c.call_id = o.state
+JOIN traces t ON t.trace_id = c.trace_id
+WHERE c.trace_id <> o.trace_id
+  AND c.chain_state IS NOT NULL
+  AND coalesce(c.source_line_path, t.source_path) <> o.file
 ORDER BY 1, 2
 """
 
@@ -81,6 +93,7 @@ WHERE parent_trace_id IS NOT NULL
 # Every call of the traces, with its file and line, and whether its trace was left apart before.
 _CALLS = """
 SELECT t.trace_id,
+       t.source_format,
        coalesce(c.source_line_path, t.source_path),
        c.source_line,
        coalesce(json_exists(t.attributes, '$.source_paths'), false),
@@ -101,7 +114,8 @@ class _Family:
     holders: dict[tuple[str, int], str] = field(default_factory=dict)  # (file, line) -> trace id
     settled: bool = True  # every part was left apart before
     missing: str | None = None
-    exchanges: dict[str, list[api_log.Exchange]] = field(default_factory=dict)  # file -> its calls read again
+    source_format: str = ""
+    records: dict[str, list[Record]] = field(default_factory=dict)  # file -> its records read again
 
     @property
     def paths(self) -> list[str]:
@@ -138,7 +152,7 @@ def _join(con: duckdb.DuckDBPyConnection, replaced: Sequence[str]) -> JoinReport
             report.left_apart[family.trace_ids[0]] = reason
             mark_left_apart(con, family.trace_ids, reason, gone)
             continue
-        traces = _chain(family.exchanges)
+        traces = _rebuild(family)
         _name(con, family, traces)
         placed = [(_place(trace), trace) for trace in traces]
         replace_traces(con, family.trace_ids, placed, family.paths)
@@ -165,8 +179,11 @@ def _families(con: duckdb.DuckDBPyConnection, replaced: Sequence[str]) -> list[_
         for trace_id in family.trace_ids:
             families[trace_id] = family
     stale = set(replaced)
-    for trace_id, path, line, joined, settled, missing in con.execute(_CALLS, [sorted(families)]).fetchall():
+    for trace_id, source_format, path, line, joined, settled, missing in con.execute(
+        _CALLS, [sorted(families)]
+    ).fetchall():
         family = families[trace_id]
+        family.source_format = source_format
         family.settled &= settled
         family.missing = family.missing or missing
         if joined and path in stale:
@@ -177,7 +194,7 @@ def _families(con: duckdb.DuckDBPyConnection, replaced: Sequence[str]) -> list[_
 
 
 def _read_calls(families: list[_Family], ingested: dict[str, str]) -> dict[str, tuple[str, str | None]]:
-    """Every family's calls (`_Family.exchanges`), reading each file once for all of them, in its
+    """Every family's records (`_Family.records`), reading each file once for all of them, in its
     order. Returns the files that cannot be read again as they were ingested: why, and the path
     where the file is gone."""
     wanted: dict[str, dict[int, _Family]] = defaultdict(dict)
@@ -188,16 +205,11 @@ def _read_calls(families: list[_Family], ingested: dict[str, str]) -> dict[str, 
     for path in sorted(wanted):
         problem, gone = unreadable(path, ingested.get(path))
         if problem is None:
-            keys = api_log.RequestKeys()
             try:
                 for record in open_records(Path(path), [], ingested[path], wanted[path]).records:
                     family = wanted[path].get(record.line)
-                    if family is None:
-                        continue
-                    exchange = api_log.exchange_of(record, keys)
-                    if isinstance(exchange, api_log.Exchange):
-                        exchange.call.source_line_path = path
-                        family.exchanges.setdefault(path, []).append(exchange)
+                    if family is not None:
+                        family.records.setdefault(path, []).append(record)
             except SourceError as exc:
                 problem, gone = f"{path} cannot be read again ({exc})", None
         if problem is not None:
@@ -205,40 +217,97 @@ def _read_calls(families: list[_Family], ingested: dict[str, str]) -> dict[str, 
     return problems
 
 
-def _chain(by_file: dict[str, list[api_log.Exchange]]) -> list[Trace]:
-    """The conversations of calls from several files, chained as one log holding them all would
-    be: each file's calls in its order; a call after every call whose conversation its request
-    holds; otherwise by start time, then file and line (a log without times: file by file)."""
-    items = [exchange for path in sorted(by_file) for exchange in by_file[path]]
-    by_state: dict[tuple[str | None, bytes], list[int]] = defaultdict(list)
-    for k, exchange in enumerate(items):
-        api_log.hash_chain(exchange)
-        if exchange.response:  # a call that added nothing continues nothing anyone can tell
-            by_state[(exchange.key, exchange.state)].append(k)
-    graph = nx.DiGraph()
-    graph.add_nodes_from(range(len(items)))
-    previous: dict[str, int] = {}
-    for k, exchange in enumerate(items):
-        path = exchange.call.source_line_path or ""
-        if path in previous:
-            graph.add_edge(previous[path], k)
-        previous[path] = k
-        for digest in exchange.prefixes:
-            graph.add_edges_from((j, k) for j in by_state.get((exchange.key, digest), ()) if j != k)
+@dataclass
+class _Call:
+    """A call read again, with what orders it among the others."""
 
-    def when(k: int) -> tuple[float, str, int]:
-        call = items[k].call
-        started = call.started_at.timestamp() if call.started_at else math.inf
-        return (started, call.source_line_path or "", items[k].line)
+    path: str
+    line: int
+    started: float  # seconds since the epoch; infinite where the log has no time
+    needs: list[Hashable]  # the states of the calls it continues
+    gives: list[Hashable]  # its own states, which a call continuing it needs
+    item: Any  # the format's converted record
 
-    try:
-        order = list(nx.lexicographical_topological_sort(graph, key=when))
-    except nx.NetworkXUnfeasible:  # calls logged before the calls they continue: file by file
-        order = list(range(len(items)))
+
+def _rebuild(family: _Family) -> list[Trace]:
+    """The family's traces, built from its records of every file as one log would give them."""
+    if family.source_format == openai_responses.FORMAT:
+        return openai_responses.traces_of([call.item for call in _in_log_order(_responses_calls(family))])
+    calls = []
+    keys = api_log.RequestKeys()
+    for path in sorted(family.records):
+        for record in family.records[path]:
+            exchange = api_log.exchange_of(record, keys)
+            if isinstance(exchange, api_log.Exchange):
+                api_log.hash_chain(exchange)
+                needs = [(exchange.key, digest) for digest in exchange.prefixes]
+                # a call that added nothing continues nothing anyone can tell
+                gives = [(exchange.key, exchange.state)] if exchange.response else []
+                calls.append(_call(path, exchange, needs, gives, exchange))
     conversations = api_log.Conversations(rejoinable=True)
-    for k in order:
-        conversations.add(items[k])
+    for call in _in_log_order(calls):
+        conversations.add(call.item)
     return conversations.traces()
+
+
+def _responses_calls(family: _Family) -> list[_Call]:
+    """Responses API records: a call continues the response its `previous_response_id` names, or,
+    sending its whole input (stateless), the call whose conversation its input begins with."""
+    calls = []
+    known: dict[str, dict] = {}
+    for path in sorted(family.records):
+        for record in family.records[path]:
+            item = openai_responses.logged(record, known)
+            if not isinstance(item, openai_responses.Logged):
+                continue
+            key = item.exchange.key
+            gives: list[Hashable] = [item.response_id] if item.response_id else []
+            if item.previous_id:
+                needs: list[Hashable] = [item.previous_id]
+            else:
+                system = [Message(role="system", content=item.instructions)] if item.instructions else []
+                request = [api_log.message_key(m) for m in [*system, *item.input]]
+                prefixes = grouping.message_hashes(request)
+                needs = [(key, digest) for digest in prefixes]
+                start = prefixes[-1] if prefixes else None
+                output = grouping.message_hashes([api_log.message_key(m) for m in item.output], start=start)
+                gives += [(key, output[-1])] if output else []
+            calls.append(_call(path, item.exchange, needs, gives, item))
+    return calls
+
+
+def _call(
+    path: str, exchange: api_log.Exchange, needs: list[Hashable], gives: list[Hashable], item: Any
+) -> _Call:
+    exchange.call.source_line_path = path
+    started = exchange.call.started_at.timestamp() if exchange.call.started_at else math.inf
+    return _Call(path, exchange.line, started, needs, gives, item)
+
+
+def _in_log_order(calls: list[_Call]) -> list[_Call]:
+    """Calls from several files in the order one log holding them all would give: each file's calls
+    in its order; a call after every call it continues; otherwise by start time, then file and line
+    (a log without times: file by file)."""
+    givers: dict[Hashable, list[int]] = defaultdict(list)
+    for k, call in enumerate(calls):
+        for state in call.gives:
+            givers[state].append(k)
+    graph = nx.DiGraph()
+    graph.add_nodes_from(range(len(calls)))
+    previous: dict[str, int] = {}
+    for k, call in enumerate(calls):
+        if call.path in previous:
+            graph.add_edge(previous[call.path], k)
+        previous[call.path] = k
+        for need in call.needs:
+            graph.add_edges_from((j, k) for j in givers.get(need, ()) if j != k)
+    try:
+        order = nx.lexicographical_topological_sort(
+            graph, key=lambda k: (calls[k].started, calls[k].path, calls[k].line)
+        )
+        return [calls[k] for k in order]
+    except nx.NetworkXUnfeasible:  # calls logged before the calls they continue: file by file
+        return calls
 
 
 def _name(con: duckdb.DuckDBPyConnection, family: _Family, traces: list[Trace]) -> None:

@@ -32,7 +32,7 @@ from typing import Any
 from traceforge.ingest import api_log
 from traceforge.ingest.sources import Record
 from traceforge.ingest.values import as_id, as_int, as_str, dig, first, json_text, parse_arguments, text_of
-from traceforge.model import LlmCall, Message, ParseResult, Reject, ToolDef
+from traceforge.model import LlmCall, Message, ParseResult, Reject, ToolDef, Trace
 
 FORMAT = "openai-responses"
 PROVIDER = "openai"
@@ -268,7 +268,7 @@ def apply_usage(call: LlmCall, usage: Any) -> None:
 
 
 @dataclass
-class _Logged:
+class Logged:
     """One record, converted, before its conversation is known."""
 
     line: int
@@ -290,7 +290,9 @@ def _conversation_id(request: dict, response: dict) -> str | None:
     return None
 
 
-def _logged(record: Record, known: dict[str, dict]) -> _Logged | Reject:
+def logged(record: Record, known: dict[str, dict]) -> Logged | Reject:
+    """A record's call, converted (`known`: the output items met so far, by id), or why it cannot
+    be used."""
     request, response = unwrap(record.value)
     value = record.value if isinstance(record.value, dict) else {}
     if response is None:
@@ -335,7 +337,7 @@ def _logged(record: Record, known: dict[str, dict]) -> _Logged | Reject:
         workload=as_str(_first_of(sources, api_log.WORKLOAD_PATHS)),
         agent=as_str(_first_of(sources, api_log.AGENT_PATHS)),
     )
-    return _Logged(
+    return Logged(
         line=record.line,
         response_id=as_id(response.get("id")),
         previous_id=as_id(request.get("previous_response_id")) or as_id(response.get("previous_response_id")),
@@ -352,35 +354,46 @@ def _first_of(sources: Iterable[dict], paths: tuple[str, ...]) -> Any:
     return next((found for found in (first(v, *paths) for v in sources) if found is not None), None)
 
 
-def _order(logged: list[_Logged]) -> list[_Logged]:
+def _order(items: list[Logged]) -> list[Logged]:
     """The records in the order the calls were made (the log order where a time is missing)."""
-    if all(item.exchange.call.started_at for item in logged):
-        return sorted(logged, key=lambda item: (item.exchange.call.started_at or datetime.min, item.line))
-    return logged
+    if all(item.exchange.call.started_at for item in items):
+        return sorted(items, key=lambda item: (item.exchange.call.started_at or datetime.min, item.line))
+    return items
 
 
 def parse(records: Iterable[Record], source_path: str) -> ParseResult:
     result = ParseResult()
-    logged: list[_Logged] = []
+    items: list[Logged] = []
     known: dict[str, dict] = {}
     for record in records:
         result.records += 1
-        converted = _logged(record, known)
+        converted = logged(record, known)
         if isinstance(converted, Reject):
             result.rejects.append(converted)
         else:
-            logged.append(converted)
+            items.append(converted)
+    result.traces.extend(traces_of(_order(items)))
+    return result
+
+
+def traces_of(ordered: list[Logged]) -> list[Trace]:
+    """The conversations of converted records, taken in the order the calls were made (one file's,
+    or several files' records read again by `ingest.log_joins`).
+
+    Calls keep what finds their conversation's parts in other files (`ingest.log_joins`), as for
+    other per-request logs; a call whose `previous_response_id` is not among the records also keeps
+    that id in its `request_prefixes`: the call it continues is the one with that `call_id`.
+    """
     history: dict[str, list[Message]] = {}  # response id -> the items the model had seen, and answered
     threads: dict[str, list[Message]] = {}  # conversation id -> its items so far
-    unresolved: dict[int, str] = {}
-    ordered = _order(logged)
+    unresolved: dict[int, str] = {}  # id(item) -> its previous response id, not among the records
     for item in ordered:
         prior: list[Message] = []
         if item.previous_id:
             if item.previous_id in history:
                 prior = history[item.previous_id]
             else:
-                unresolved[item.line] = item.previous_id
+                unresolved[id(item)] = item.previous_id
         elif item.conversation_id:
             prior = threads.get(item.conversation_id, [])
         # Copies: a conversation's traces each own their messages (assemble rewrites them).
@@ -392,16 +405,20 @@ def parse(records: Iterable[Record], source_path: str) -> ParseResult:
         if item.conversation_id:
             threads[item.conversation_id] = [*seen, *item.output]
     by_call = {id(item.exchange.call): item for item in ordered}
-    for trace in api_log.build_traces([item.exchange for item in ordered]):
+    traces = api_log.build_traces([item.exchange for item in ordered], rejoinable=True)
+    for item in ordered:
+        if id(item) in unresolved:
+            call = item.exchange.call
+            call.request_prefixes = [*(call.request_prefixes or []), unresolved[id(item)]]
+    for trace in traces:
         items = [by_call[id(call)] for call in trace.llm_calls]
         missing_input = sum(1 for item in items if not item.input_logged)
         if missing_input:
             trace.attributes["records_without_input"] = missing_input
-        previous = [unresolved[item.line] for item in items if item.line in unresolved]
+        previous = [unresolved[id(item)] for item in items if id(item) in unresolved]
         if previous:
             trace.attributes["previous_response_not_in_file"] = previous
-        result.traces.append(trace)
-    return result
+    return traces
 
 
 def sniff(sample: list[Record]) -> float:
