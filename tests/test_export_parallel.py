@@ -280,15 +280,15 @@ def test_rewrites_of_messy_stored_traces_keep_every_call_and_result_once(transcr
     from traceforge.export.parallel import load_deps, rewrite_conversation
     from traceforge.export.source import load_conversations
     from traceforge.ingest import openai_chat
+    from traceforge.ingest.parallel import write_batch
     from traceforge.ingest.sources import Record
-    from traceforge.ingest.writer import ParsedFile, write
+    from traceforge.ingest.writer import ParsedFile
 
     con = store.connect(":memory:")
     try:
         records = [Record(i + 1, {"messages": t}) for i, t in enumerate(transcripts)]
-        write(
-            con, [ParsedFile("runs.jsonl", "0" * 64, 0, openai_chat.FORMAT, openai_chat.parse(records, "x"))]
-        )
+        result = openai_chat.parse(records, "x")
+        write_batch(con, [ParsedFile("runs.jsonl", "0" * 64, 0, openai_chat.FORMAT, result)], set())
         analyze_dependencies(con)
         trace_ids = [row[0] for row in con.execute("SELECT trace_id FROM traces ORDER BY 1").fetchall()]
         deps, analysed = load_deps(con, trace_ids)

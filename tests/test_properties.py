@@ -33,7 +33,8 @@ from traceforge.analysis import deps
 from traceforge.analysis.dag import schedule
 from traceforge.analysis.deps import infer, read_traces
 from traceforge.ingest import detect, openai_chat, tau2
-from traceforge.ingest.writer import ParsedFile, write
+from traceforge.ingest.parallel import write_batch
+from traceforge.ingest.writer import ParsedFile
 
 SEED_FILES = [(fmt, path) for fmt, paths in sorted(SEEDS.items()) for path in paths]
 SEED_IDS = [f"{fmt}:{path.name}" for fmt, path in SEED_FILES]
@@ -236,7 +237,7 @@ def analysed(messages: list[dict]) -> tuple[Any, dict[str, int]]:
     try:
         records, _ = read_back(json.dumps({"messages": messages}), Path("run.json"))
         result = openai_chat.parse(records, "run.json")
-        write(con, [ParsedFile("run.json", "0" * 64, 0, openai_chat.FORMAT, result)])
+        write_batch(con, [ParsedFile("run.json", "0" * 64, 0, openai_chat.FORMAT, result)], set())
         [(trace_id,)] = con.execute("SELECT trace_id FROM traces").fetchall()
         (trace,) = read_traces(con, [trace_id])
     finally:

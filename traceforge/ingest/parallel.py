@@ -106,10 +106,11 @@ def write_batch(
     con: duckdb.DuckDBPyConnection,
     items: list[Prepared | writer.ParsedFile],
     replaces: set[str],
-    reparse: Callable[[str, str], writer.ParsedFile],
+    reparse: Callable[[str, str], writer.ParsedFile] | None = None,
 ) -> JoinReport:
     """Write a batch in one transaction: prepared files whose ids are free as they are, the rest
-    (collisions, duplicates) through `writer` after parsing them again with `reparse(path, sha)`;
+    (collisions, duplicates, files parsed here) through `writer`, a prepared file after parsing it
+    again with `reparse(path, sha)` (needed only where the batch holds prepared files);
     then join the traces now spread over several files (`ingest.joins`, `ingest.log_joins`) and
     mark the requests logged twice (`ingest.copies`). Returns what was joined."""
     replaced = [item.path for item in items if item.path in replaces]
@@ -129,6 +130,7 @@ def write_batch(
             if not isinstance(item, Prepared):
                 slow.append(item)
             elif position[id(item)] in colliding:
+                assert reparse is not None, "a batch of prepared files needs `reparse`"
                 parsed = reparse(item.path, item.sha256)
                 parsed.replaces = item.path in replaces
                 slow.append(parsed)

@@ -19,7 +19,6 @@ import duckdb
 import polars as pl
 
 from traceforge import __version__, store
-from traceforge.ingest.copies import mark_copies
 from traceforge.ingest.values import clean_text, to_json
 from traceforge.model import ParseResult, Reject, Trace
 
@@ -169,22 +168,6 @@ class Rows:
         self.columns[table] = {name: [] for name in SCHEMAS[table]}
         self._appenders[table] = [(c, items.append) for c, items in self.columns[table].items()]
         return frame
-
-
-def write(con: duckdb.DuckDBPyConnection, files: list[ParsedFile]) -> None:
-    """Write whole files in one transaction; on any error nothing of them is kept."""
-    with store.transaction(con):
-        for parsed in files:
-            if parsed.replaces:
-                _delete_source(con, parsed.path)
-        ids = _assign_ids(con, files)
-        rows = Rows()
-        for parsed in files:
-            _add_file(rows, parsed, ids)
-        for table in SCHEMAS:
-            if rows.count(table):
-                store.insert_frame(con, table, rows.frame(table))
-        mark_copies(con)
 
 
 # The traces a file holds alone: a trace joined from several files' spans (`ingest.joins`) is built
