@@ -23,6 +23,7 @@ import pytest
 from accounting import assert_accounting
 from split_traces import CONTENT, ingest, run, write
 
+import traceforge.ingest
 from traceforge import store
 from traceforge.cli import cli
 from traceforge.ingest import sources, stream
@@ -287,7 +288,9 @@ def test_a_big_log_is_read_again_for_its_parts_lines_only(runner, tmp_path, monk
     check_accounting(db)
 
 
-def test_a_generated_corpus_cut_mid_conversation_gives_what_the_uncut_logs_give(runner, tmp_path):
+def test_a_generated_corpus_cut_mid_conversation_gives_what_the_uncut_logs_give(
+    runner, tmp_path, monkeypatch
+):
     """The benchmark's gateway logs (many interleaved conversations, with and without session ids,
     both providers) cut by `benchmarks/recut_logs.py` at line counts, not at conversations."""
     bench_corpus.generate(tmp_path / "corpus", tool_calls=600, file_mb=0.5)
@@ -300,5 +303,18 @@ def test_a_generated_corpus_cut_mid_conversation_gives_what_the_uncut_logs_give(
     report = ingest(runner, tmp_path / "cut.duckdb", tmp_path / "cut")
     assert report["joined"] and report["left_apart"] == {}
     ingest(runner, tmp_path / "uncut.duckdb", uncut)
-    assert content(runner, tmp_path / "cut.duckdb") == content(runner, tmp_path / "uncut.duckdb")
+    expected = content(runner, tmp_path / "uncut.duckdb")
+    assert content(runner, tmp_path / "cut.duckdb") == expected
     check_accounting(tmp_path / "cut.duckdb")
+
+    # Parsed by worker processes: the parts take ids the earlier files do not hold, so no file is
+    # parsed again in this process to be given other ids, and the store is the same.
+    parsed_here = []
+    monkeypatch.setattr(traceforge.ingest, "_parse_file", lambda *args: parsed_here.append(args))
+    con = store.connect(tmp_path / "parallel.duckdb")
+    try:
+        report = traceforge.ingest.ingest_paths(con, [str(tmp_path / "cut")], workers=2)
+    finally:
+        con.close()
+    assert parsed_here == [] and report.joined
+    assert content(runner, tmp_path / "parallel.duckdb") == expected

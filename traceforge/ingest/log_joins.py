@@ -5,8 +5,7 @@ A gateway rotates its log by size or by day, and a load-balanced gateway writes 
 so the calls of one conversation can lie in several files. Files are parsed one at a time, and a
 request is grouped with the calls it continues by prefix chaining (`ingest.grouping`) within its
 file: the part of a conversation in a later file starts a trace of its own, whose first request
-holds the earlier file's turns (a chained conversation gets a `conv-` id of its own, one with an
-explicit session id the writer's `@<hash>` suffix).
+holds the earlier file's turns (named as a part: `writer._assign_ids`).
 
 So every call of a log keeps the hash of its conversation after its response
 (`llm_calls.chain_state`), and a call that opens its trace mid-conversation keeps its request's

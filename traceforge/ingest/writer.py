@@ -282,10 +282,20 @@ def _unique(wanted: dict[Any, str], fallback: dict[Any, str], in_store: set[str]
 TRACE_ID_SUFFIX = r"@[0-9a-f]{8}(~[0-9]+)?$"
 
 
+def _is_part(trace: Trace) -> bool:
+    """A trace of a per-request log that opens mid-conversation: the part of a conversation whose
+    beginning lies in another file (a rotated log), or was never logged (`ingest.log_joins`)."""
+    return bool(trace.llm_calls) and trace.llm_calls[0].request_prefixes is not None
+
+
 def _assign_ids(con: duckdb.DuckDBPyConnection | None, files: list[ParsedFile]) -> _Ids:
+    """Each trace's, LLM call's and tool call's id. A part of a conversation (`_is_part`) takes its
+    fallback ids at once, its own and those of the tool calls it re-sends from earlier turns: the
+    conversation's beginning, in another file, holds the plain ones. So a rotated log's files do
+    not collide (a parsing worker's ids stand), and joining the parts names the whole."""
     traces = [(parsed, t) for parsed in files for t in parsed.result.traces]
-    wanted = {id(t): t.source_id for _, t in traces}
     fallback = {id(t): f"{t.source_id}@{parsed.sha256[:8]}" for parsed, t in traces}
+    wanted = {id(t): fallback[id(t)] if _is_part(t) else t.source_id for _, t in traces}
     trace_ids = _unique(
         wanted, fallback, _taken(con, "traces", "trace_id", [*wanted.values(), *fallback.values()])
     )
@@ -305,11 +315,13 @@ def _assign_ids(con: duckdb.DuckDBPyConnection | None, files: list[ParsedFile]) 
 
     wanted_tools, fallback_tools = {}, {}
     for _, t in traces:
+        part = _is_part(t)
         for seq, call in enumerate(t.tool_calls):
             key = (id(t), call.local_id)
             synthetic = f"{trace_ids[id(t)]}/tool-{seq}"
-            wanted_tools[key] = call.local_id if call.source_id else synthetic
             fallback_tools[key] = f"{trace_ids[id(t)]}/{call.local_id}" if call.source_id else synthetic
+            re_sent = part and call.call_index is None  # requested before the part's first call
+            wanted_tools[key] = call.local_id if call.source_id and not re_sent else fallback_tools[key]
     tool_ids = _unique(
         wanted_tools,
         fallback_tools,
