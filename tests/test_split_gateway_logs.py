@@ -318,3 +318,35 @@ def test_a_generated_corpus_cut_mid_conversation_gives_what_the_uncut_logs_give(
         con.close()
     assert parsed_here == [] and report.joined
     assert content(runner, tmp_path / "parallel.duckdb") == expected
+
+
+def test_a_re_sampled_call_logged_in_another_file_is_a_branch_of_its_conversation(runner, tmp_path):
+    """A client re-samples its third call after the log rotated: the retry continues the same
+    second call as the conversation does, so it branches off it, as it would in one log."""
+    rows = lines(OPENAI)
+    session = json.loads(rows[0])["metadata"]["session_id"]
+    calls = [row for row in rows if json.loads(row).get("metadata", {}).get("session_id") == session]
+    retry = json.loads(calls[2])
+    retry["response"]["id"] += "-retry"
+    retry["response"]["choices"][0]["message"] = {"role": "assistant", "content": "Let me look again."}
+    retry["response"]["choices"][0]["finish_reason"] = "stop"
+    retry["start_time"] = retry["end_time"] = "2026-03-10T15:30:00.000Z"
+    retry_line = json.dumps(retry) + "\n"
+    write(tmp_path / "logs" / "gateway.1.jsonl", "".join(rows))
+    write(tmp_path / "logs" / "gateway.2.jsonl", retry_line)
+    db = tmp_path / "store.duckdb"
+    report = ingest(runner, db, tmp_path / "logs")
+    assert report["left_apart"] == {}
+    expected = whole(runner, tmp_path, [*rows, retry_line])
+    assert content(runner, db) == expected
+    con = store.connect(db, read_only=True)
+    try:
+        branch = con.execute(
+            "SELECT t.parent_trace_id, t.source_path, attributes->>'$.source_paths' FROM traces t "
+            "JOIN llm_calls c USING (trace_id) WHERE c.call_id = ?",
+            [retry["response"]["id"]],
+        ).fetchall()
+    finally:
+        con.close()
+    assert branch == [(session, str(tmp_path / "logs" / "gateway.2.jsonl"), None)]
+    check_accounting(db)
