@@ -350,3 +350,28 @@ def test_a_re_sampled_call_logged_in_another_file_is_a_branch_of_its_conversatio
         con.close()
     assert branch == [(session, str(tmp_path / "logs" / "gateway.2.jsonl"), None)]
     check_accounting(db)
+
+
+def test_a_part_whose_beginning_is_not_ingested_is_named_as_a_part(runner, tmp_path):
+    """The later file alone: its parts take the file's hash, and the tool calls they re-send from
+    earlier turns the part's id, leaving the plain ids to the beginning (docs/schema.md)."""
+    rows = lines(OPENAI)
+    late = write(tmp_path / "gateway.2.jsonl", "".join(rows[20:]))
+    db = tmp_path / "store.duckdb"
+    ingest(runner, db, late)
+    con = store.connect(db, read_only=True)
+    try:
+        (sha,) = con.execute("SELECT sha256 FROM sources").fetchone()
+        parts = con.execute(
+            "SELECT t.trace_id, list(tc.tool_call_id ORDER BY tc.seq) FILTER (WHERE tc.call_id IS NULL), "
+            "list(tc.tool_call_id ORDER BY tc.seq) FILTER (WHERE tc.call_id IS NOT NULL) "
+            "FROM traces t JOIN tool_calls tc USING (trace_id) WHERE t.trace_id IN "
+            "(SELECT trace_id FROM llm_calls WHERE seq = 0 AND request_prefixes IS NOT NULL) GROUP BY 1"
+        ).fetchall()
+    finally:
+        con.close()
+    assert len(parts) == 2
+    for trace_id, re_sent, own in parts:
+        assert trace_id.endswith(f"@{sha[:8]}")
+        assert re_sent and all(tool_id.startswith(f"{trace_id}/call_") for tool_id in re_sent)
+        assert own and not any(tool_id.startswith(trace_id) for tool_id in own)

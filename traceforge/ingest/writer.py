@@ -289,13 +289,15 @@ def _is_part(trace: Trace) -> bool:
 
 
 def _assign_ids(con: duckdb.DuckDBPyConnection | None, files: list[ParsedFile]) -> _Ids:
-    """Each trace's, LLM call's and tool call's id. A part of a conversation (`_is_part`) takes its
-    fallback ids at once, its own and those of the tool calls it re-sends from earlier turns: the
-    conversation's beginning, in another file, holds the plain ones. So a rotated log's files do
-    not collide (a parsing worker's ids stand), and joining the parts names the whole."""
+    """Each trace's, LLM call's and tool call's id. A part of a conversation (`_is_part`) in a file
+    takes its fallback ids at once, its own and those of the tool calls it re-sends from earlier
+    turns: the conversation's beginning, in another file, holds the plain ones. So a rotated log's
+    files do not collide (a parsing worker's ids stand), and joining the parts names the whole.
+    (Traces rebuilt by a join come without a file hash: their names are the join's.)"""
     traces = [(parsed, t) for parsed in files for t in parsed.result.traces]
     fallback = {id(t): f"{t.source_id}@{parsed.sha256[:8]}" for parsed, t in traces}
-    wanted = {id(t): fallback[id(t)] if _is_part(t) else t.source_id for _, t in traces}
+    parts = {id(t) for parsed, t in traces if parsed.sha256 and _is_part(t)}
+    wanted = {id(t): fallback[id(t)] if id(t) in parts else t.source_id for _, t in traces}
     trace_ids = _unique(
         wanted, fallback, _taken(con, "traces", "trace_id", [*wanted.values(), *fallback.values()])
     )
@@ -315,7 +317,7 @@ def _assign_ids(con: duckdb.DuckDBPyConnection | None, files: list[ParsedFile]) 
 
     wanted_tools, fallback_tools = {}, {}
     for _, t in traces:
-        part = _is_part(t)
+        part = id(t) in parts
         for seq, call in enumerate(t.tool_calls):
             key = (id(t), call.local_id)
             synthetic = f"{trace_ids[id(t)]}/tool-{seq}"
