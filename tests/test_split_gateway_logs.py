@@ -182,6 +182,9 @@ def test_the_logs_of_a_load_balanced_gateway_give_the_whole_logs_traces(runner, 
     assert len(report["joined"]) == 8 and report["left_apart"] == {}
     assert content(runner, db) == whole(runner, tmp_path, rows)
     check_accounting(db)
+    said = run(runner, "ingest", str(tmp_path / "logs"), "--db", str(tmp_path / "terminal.duckdb"))
+    assert "Joined 8 traces whose parts lay in several files" in said
+    assert "the store now holds 8 traces, 56 LLM calls, 47 tool calls of these files." in said
 
 
 def test_parts_ingested_in_either_order_or_growing_are_joined(runner, tmp_path):

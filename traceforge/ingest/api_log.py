@@ -317,11 +317,17 @@ def hash_chain(exchange: Exchange) -> None:
     exchange.request_keys = None
     exchange.request_length = len(keys)
     exchange.opens_mid_conversation = any(key.startswith(_ASSISTANT_KEY) for key in keys)
-    exchange.prefixes = grouping.message_hashes(keys)
-    start = exchange.prefixes[-1] if exchange.prefixes else None
-    added = grouping.message_hashes([message_key(m) for m in exchange.response], start=start)
-    exchange.state = added[-1] if added else start or grouping.message_hashes([""])[-1]
+    exchange.prefixes, exchange.state = chain_hashes(keys, exchange.response)
     exchange.hashed = True
+
+
+def chain_hashes(request_keys: list[str], response: list[Message]) -> tuple[list[bytes], bytes]:
+    """The hashes of a request's message prefixes (from its messages' `message_key`s) and of the
+    conversation after the response: a later request holding the latter continues this call."""
+    prefixes = grouping.message_hashes(request_keys)
+    start = prefixes[-1] if prefixes else None
+    added = grouping.message_hashes([message_key(m) for m in response], start=start)
+    return prefixes, added[-1] if added else start or grouping.message_hashes([""])[-1]
 
 
 _ASSISTANT_KEY = '["assistant",'

@@ -35,7 +35,7 @@ from typing import Any
 import duckdb
 import networkx as nx
 
-from traceforge.ingest import api_log, grouping, openai_responses
+from traceforge.ingest import api_log, openai_responses
 from traceforge.ingest.joins import JoinReport, mark_left_apart, replace_traces, unreadable, worth_trying
 from traceforge.ingest.sources import Record, SourceError
 from traceforge.ingest.stream import open_records
@@ -266,11 +266,9 @@ def _responses_calls(family: _Family) -> list[_Call]:
             else:
                 system = [Message(role="system", content=item.instructions)] if item.instructions else []
                 request = [api_log.message_key(m) for m in [*system, *item.input]]
-                prefixes = grouping.message_hashes(request)
+                prefixes, state = api_log.chain_hashes(request, item.output)
                 needs = [(key, digest) for digest in prefixes]
-                start = prefixes[-1] if prefixes else None
-                output = grouping.message_hashes([api_log.message_key(m) for m in item.output], start=start)
-                gives += [(key, output[-1])] if output else []
+                gives.append((key, state))
             calls.append(_call(path, item.exchange, needs, gives, item))
     return calls
 
