@@ -378,3 +378,30 @@ def test_a_part_whose_beginning_is_not_ingested_is_named_as_a_part(runner, tmp_p
         assert trace_id.endswith(f"@{sha[:8]}")
         assert re_sent and all(tool_id.startswith(f"{trace_id}/call_") for tool_id in re_sent)
         assert own and not any(tool_id.startswith(trace_id) for tool_id in own)
+
+
+@pytest.mark.parametrize("sample", [OPENAI, RESPONSES])
+def test_a_record_delivered_twice_counts_once_in_one_file_or_in_overlapping_files(runner, tmp_path, sample):
+    """Log shippers deliver at least once: a record can reach the log again, in the same file or
+    in the next one. The same response after the same request is one call."""
+    rows = lines(sample)
+    expected = whole(runner, tmp_path, rows)
+    db = tmp_path / "again.duckdb"
+    again = write(tmp_path / "again" / "gateway.jsonl", "".join([*rows, rows[3], rows[1]]))
+    report = ingest(runner, db, again)
+    assert report["files"][0]["skipped"] == {"duplicate record": 2}
+    assert content(runner, db) == expected
+    check_accounting(db)
+    db = tmp_path / "overlap.duckdb"
+    write(tmp_path / "overlap" / "gateway.1.jsonl", "".join(rows[:5]))
+    later = write(tmp_path / "overlap" / "gateway.2.jsonl", "".join(rows[2:]))  # lines 3-5 again
+    ingest(runner, db, tmp_path / "overlap")
+    assert content(runner, db) == expected
+    check_accounting(db)
+    con = store.connect(db, read_only=True)
+    try:
+        sql = "SELECT skipped_by_kind FROM sources WHERE path = ?"
+        (skipped,) = con.execute(sql, [str(later)]).fetchone()
+    finally:
+        con.close()
+    assert json.loads(skipped) == {"record logged again in another file": 3}  # counted in the first

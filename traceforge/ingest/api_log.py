@@ -276,19 +276,52 @@ def apply_timing(call: LlmCall, value: dict, response: dict) -> None:
         call.cost_usd = cost
 
 
+DUPLICATE = "duplicate record"  # the same response logged again (a shipper's retry)
+
+
 def parse(records: Iterable[Record], source_path: str) -> ParseResult:
     result = ParseResult()
     conversations = Conversations(rejoinable=True)
     keys = RequestKeys()
+    logged = LoggedOnce()
     for record in records:
         result.records += 1
         converted = exchange_of(record, keys)
         if isinstance(converted, Reject):
             result.rejects.append(converted)
-            continue
-        conversations.add(converted)
+        elif logged.again(converted):
+            result.skip(DUPLICATE)
+        else:
+            conversations.add(converted)
     result.traces.extend(conversations.traces())
     return result
+
+
+class LoggedOnce:
+    """Tells a response logged again from a new call. Log shippers deliver at least once, so a
+    record can reach a log twice. A second record of the same response (its response id, model and
+    start, in the same conversation), after the same request (the same conversation after it), is
+    that: counted once. A record without a response id is always a call of its own (an identical
+    re-sample is a real call)."""
+
+    def __init__(self) -> None:
+        self.seen: set[tuple] = set()
+
+    def again(self, exchange: Exchange, by_content: bool = True) -> bool:
+        """Whether `exchange` was seen before; `by_content=False` where its request is not known
+        yet (a Responses call continuing a previous response): the response id alone, which the
+        API makes unique."""
+        call = exchange.call
+        if call.source_id is None:
+            return False
+        key: tuple = (exchange.key, call.source_id, call.model, call.started_at)
+        if by_content:
+            hash_chain(exchange)
+            key += (exchange.state,)
+        if key in self.seen:
+            return True
+        self.seen.add(key)
+        return False
 
 
 def build_traces(exchanges: list[Exchange], shape: str = "api-log", rejoinable: bool = False) -> list[Trace]:

@@ -25,6 +25,7 @@ are, with the reason, as for the other joins (`ingest.joins`).
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from collections.abc import Hashable, Sequence
@@ -155,8 +156,41 @@ def _join(con: duckdb.DuckDBPyConnection, replaced: Sequence[str]) -> JoinReport
         _name(con, family, traces)
         placed = [(_place(trace), trace) for trace in traces]
         replace_traces(con, family.trace_ids, placed, family.paths)
+        _recount_logged_again(con, family.paths)
         report.joined.extend(t.source_id for t in traces if "source_paths" in t.attributes)
     return report
+
+
+# Calls per file: each record of a log that is not rejected or skipped is one call.
+_CALLS_PER_FILE = """
+SELECT coalesce(c.source_line_path, t.source_path) AS path, count(*)
+FROM llm_calls c JOIN traces t USING (trace_id)
+WHERE coalesce(c.source_line_path, t.source_path) IN (SELECT unnest(?::VARCHAR[]))
+GROUP BY 1
+"""
+LOGGED_AGAIN = "record logged again in another file"
+
+
+def _recount_logged_again(con: duckdb.DuckDBPyConnection, paths: list[str]) -> None:
+    """A record whose response another file also logged is counted once, in one file: in the
+    other, it moves from ingested to skipped (`LOGGED_AGAIN`), however often the files are joined."""
+    calls = dict(con.execute(_CALLS_PER_FILE, [paths]).fetchall())
+    rows = con.execute(
+        "SELECT path, records, rejected, skipped_by_kind FROM sources "
+        "WHERE path IN (SELECT unnest(?::VARCHAR[]))",
+        [paths],
+    ).fetchall()
+    for path, records, rejected, skipped_text in rows:
+        skipped = json.loads(skipped_text or "{}")
+        skipped.pop(LOGGED_AGAIN, None)
+        dropped = records - rejected - sum(skipped.values()) - calls.get(path, 0)
+        if dropped > 0:
+            skipped[LOGGED_AGAIN] = dropped
+        total = sum(skipped.values())
+        con.execute(
+            "UPDATE sources SET skipped_by_kind = ?, skipped = ?, ingested = ? WHERE path = ?",
+            [json.dumps(skipped, sort_keys=True), total, records - rejected - total, path],
+        )
 
 
 def _families(con: duckdb.DuckDBPyConnection, replaced: Sequence[str]) -> list[_Family]:
@@ -231,7 +265,11 @@ class _Call:
 def _rebuild(family: _Family) -> list[Trace]:
     """The family's traces, built from its records of every file as one log would give them."""
     if family.source_format == openai_responses.FORMAT:
-        return openai_responses.traces_of([call.item for call in _in_log_order(_responses_calls(family))])
+        once = api_log.LoggedOnce()  # a response logged in two files counts once
+        ordered = _in_log_order(_responses_calls(family))
+        return openai_responses.traces_of(
+            [call.item for call in ordered if not once.again(call.item.exchange, by_content=False)]
+        )
     calls = []
     keys = api_log.RequestKeys()
     for path in sorted(family.records):
@@ -244,8 +282,10 @@ def _rebuild(family: _Family) -> list[Trace]:
                 gives = [(exchange.key, exchange.state)] if exchange.response else []
                 calls.append(_call(path, exchange, needs, gives, exchange))
     conversations = api_log.Conversations(rejoinable=True)
+    logged = api_log.LoggedOnce()  # a response logged in two files counts once
     for call in _in_log_order(calls):
-        conversations.add(call.item)
+        if not logged.again(call.item):
+            conversations.add(call.item)
     return conversations.traces()
 
 

@@ -365,11 +365,14 @@ def parse(records: Iterable[Record], source_path: str) -> ParseResult:
     result = ParseResult()
     items: list[Logged] = []
     known: dict[str, dict] = {}
+    once = api_log.LoggedOnce()
     for record in records:
         result.records += 1
         converted = logged(record, known)
         if isinstance(converted, Reject):
             result.rejects.append(converted)
+        elif once.again(converted.exchange, by_content=False):
+            result.skip(api_log.DUPLICATE)
         else:
             items.append(converted)
     result.traces.extend(traces_of(_order(items)))
