@@ -10,17 +10,18 @@ holds the earlier file's turns (named as a part: `writer._assign_ids`).
 So every call of a log keeps the hash of its conversation after its response
 (`llm_calls.chain_state`), and a call that opens its trace mid-conversation keeps its request's
 prefix hashes (`llm_calls.request_prefixes`). After every write, in the write's transaction,
-`join_log_conversations` matches them across files in SQL: an opening call one of whose prefixes
-is a call's state in another file (with the same explicit conversation id, or none) continues that
+`join_log_conversations` matches them across files in SQL: an opening call one of whose prefixes is
+a call's state in another file (with the same explicit conversation id, or none) continues that
 call's conversation; so does a Responses API call whose `previous_response_id`, missing from its
-file, is another file's call. The traces so linked, with the traces they branched from and those that
-branched from them, are read again from their files (only the lines of their calls, each file
+file, is another file's call. The traces so linked, with the traces they branched from and those
+that branched from them, are read again from their files (only the lines of their calls, each file
 checked against its ingested SHA-256) and chained as one log holding all of them would have been:
 each file's calls in its order, a call after the call whose conversation it continues, otherwise by
-start time. A joined trace keeps the id its first part had; its `source_path` is the file of its
-first call, `llm_calls.source_line_path` the file of each call logged elsewhere, and
-`attributes.source_paths` lists its files. Where a file has gone or changed, the parts stay as they
-are, with the reason, as for the other joins (`ingest.joins`).
+start time; a response logged in two files (a shipper's retry) counts once, in the file that comes
+first, the other's `sources` row counting it as skipped. A joined trace keeps the id its first part
+had; its `source_path` is the file of its first call, `llm_calls.source_line_path` the file of each
+call logged elsewhere, and `attributes.source_paths` lists its files. Where a file has gone or
+changed, the parts stay as they are, with the reason, as for the other joins (`ingest.joins`).
 """
 
 from __future__ import annotations
