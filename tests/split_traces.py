@@ -47,6 +47,15 @@ def content(runner, db: Path) -> dict[str, list[tuple]]:
         con.close()
 
 
+def query(db: Path, sql: str, params: list | None = None) -> list[tuple]:
+    """The rows of one query on the store `db`, opened read-only."""
+    con = store.connect(db, read_only=True)
+    try:
+        return con.execute(sql, params or []).fetchall()
+    finally:
+        con.close()
+
+
 def where_from(db: Path) -> list[tuple]:
     con = store.connect(db)
     try:

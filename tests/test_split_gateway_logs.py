@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from accounting import assert_accounting
-from split_traces import CONTENT, ingest, run, write
+from split_traces import CONTENT, ingest, query, run, write
 
 import traceforge.ingest
 from traceforge import store
@@ -248,22 +248,11 @@ def test_a_joined_conversation_whose_session_id_is_taken_keeps_its_first_parts_i
     ingest(runner, db, write(tmp_path / "other.jsonl", json.dumps(other) + "\n"))
     early = write(tmp_path / "logs" / "gateway.1.jsonl", "".join(rows[:5]))
     assert ingest(runner, db, early)["joined"] == []
-    con = store.connect(db, read_only=True)
-    try:
-        sql = "SELECT trace_id FROM traces WHERE source_path = ?"
-        (first_part,) = con.execute(sql, [str(early)]).fetchone()
-    finally:
-        con.close()
+    [(first_part,)] = query(db, "SELECT trace_id FROM traces WHERE source_path = ?", [str(early)])
     assert first_part.startswith(f"{session}@")
     report = ingest(runner, db, write(tmp_path / "logs" / "gateway.2.jsonl", "".join(rows[5:9])))
     assert report["joined"] == [first_part]
-    con = store.connect(db, read_only=True)
-    try:
-        traces = con.execute(
-            "SELECT trace_id, count(*) FROM llm_calls GROUP BY trace_id ORDER BY trace_id"
-        ).fetchall()
-    finally:
-        con.close()
+    traces = query(db, "SELECT trace_id, count(*) FROM llm_calls GROUP BY trace_id ORDER BY trace_id")
     assert traces == [(session, 1), (first_part, 9)]
     check_accounting(db)
 
@@ -342,15 +331,12 @@ def test_a_re_sampled_call_logged_in_another_file_is_a_branch_of_its_conversatio
     assert report["left_apart"] == {}
     expected = whole(runner, tmp_path, [*rows, retry_line])
     assert content(runner, db) == expected
-    con = store.connect(db, read_only=True)
-    try:
-        branch = con.execute(
-            "SELECT t.parent_trace_id, t.source_path, attributes->>'$.source_paths' FROM traces t "
-            "JOIN llm_calls c USING (trace_id) WHERE c.call_id = ?",
-            [retry["response"]["id"]],
-        ).fetchall()
-    finally:
-        con.close()
+    branch = query(
+        db,
+        "SELECT t.parent_trace_id, t.source_path, attributes->>'$.source_paths' FROM traces t "
+        "JOIN llm_calls c USING (trace_id) WHERE c.call_id = ?",
+        [retry["response"]["id"]],
+    )
     assert branch == [(session, str(tmp_path / "logs" / "gateway.2.jsonl"), None)]
     check_accounting(db)
 
@@ -362,17 +348,14 @@ def test_a_part_whose_beginning_is_not_ingested_is_named_as_a_part(runner, tmp_p
     late = write(tmp_path / "gateway.2.jsonl", "".join(rows[20:]))
     db = tmp_path / "store.duckdb"
     ingest(runner, db, late)
-    con = store.connect(db, read_only=True)
-    try:
-        (sha,) = con.execute("SELECT sha256 FROM sources").fetchone()
-        parts = con.execute(
-            "SELECT t.trace_id, list(tc.tool_call_id ORDER BY tc.seq) FILTER (WHERE tc.call_id IS NULL), "
-            "list(tc.tool_call_id ORDER BY tc.seq) FILTER (WHERE tc.call_id IS NOT NULL) "
-            "FROM traces t JOIN tool_calls tc USING (trace_id) WHERE t.trace_id IN "
-            "(SELECT trace_id FROM llm_calls WHERE seq = 0 AND request_prefixes IS NOT NULL) GROUP BY 1"
-        ).fetchall()
-    finally:
-        con.close()
+    [(sha,)] = query(db, "SELECT sha256 FROM sources")
+    parts = query(
+        db,
+        "SELECT t.trace_id, list(tc.tool_call_id ORDER BY tc.seq) FILTER (WHERE tc.call_id IS NULL), "
+        "list(tc.tool_call_id ORDER BY tc.seq) FILTER (WHERE tc.call_id IS NOT NULL) "
+        "FROM traces t JOIN tool_calls tc USING (trace_id) WHERE t.trace_id IN "
+        "(SELECT trace_id FROM llm_calls WHERE seq = 0 AND request_prefixes IS NOT NULL) GROUP BY 1",
+    )
     assert len(parts) == 2
     for trace_id, re_sent, own in parts:
         assert trace_id.endswith(f"@{sha[:8]}")
@@ -398,10 +381,5 @@ def test_a_record_delivered_twice_counts_once_in_one_file_or_in_overlapping_file
     ingest(runner, db, tmp_path / "overlap")
     assert content(runner, db) == expected
     check_accounting(db)
-    con = store.connect(db, read_only=True)
-    try:
-        sql = "SELECT skipped_by_kind FROM sources WHERE path = ?"
-        (skipped,) = con.execute(sql, [str(later)]).fetchone()
-    finally:
-        con.close()
+    [(skipped,)] = query(db, "SELECT skipped_by_kind FROM sources WHERE path = ?", [str(later)])
     assert json.loads(skipped) == {"record logged again in another file": 3}  # counted in the first

@@ -319,9 +319,17 @@ def _recount(con: duckdb.DuckDBPyConnection, paths: list[str]) -> None:
         (used,) = con.execute(_DESCRIBED_USED, [path, keys]).fetchone()
         skipped = json.loads(skipped_text or "{}")
         skipped[langfuse.DESCRIBED] = len(keys) - used
-        skipped = {kind: n for kind, n in skipped.items() if n}
-        total = sum(skipped.values())
-        con.execute(
-            "UPDATE sources SET skipped_by_kind = ?, skipped = ?, ingested = ? WHERE path = ?",
-            [json.dumps(skipped, sort_keys=True), total, records - rejected - total, path],
-        )
+        update_skipped(con, path, records, rejected, skipped)
+
+
+def update_skipped(
+    con: duckdb.DuckDBPyConnection, path: str, records: int, rejected: int, skipped: dict[str, int]
+) -> None:
+    """A file's records skipped by rule, per kind (a kind counted 0 left out), and so its ingested
+    ones: what a join changes when records it used, or dropped, were counted otherwise."""
+    skipped = {kind: n for kind, n in skipped.items() if n > 0}
+    total = sum(skipped.values())
+    con.execute(
+        "UPDATE sources SET skipped_by_kind = ?, skipped = ?, ingested = ? WHERE path = ?",
+        [json.dumps(skipped, sort_keys=True), total, records - rejected - total, path],
+    )

@@ -38,10 +38,17 @@ import duckdb
 import networkx as nx
 
 from traceforge.ingest import api_log, openai_responses
-from traceforge.ingest.joins import JoinReport, mark_left_apart, replace_traces, unreadable, worth_trying
+from traceforge.ingest.joins import (
+    JoinReport,
+    mark_left_apart,
+    replace_traces,
+    unreadable,
+    update_skipped,
+    worth_trying,
+)
 from traceforge.ingest.sources import Record, SourceError
 from traceforge.ingest.stream import open_records
-from traceforge.model import Message, Trace
+from traceforge.model import Trace
 
 # Pairs (a trace opening mid-conversation, a trace in another file holding a call whose state is
 # one of the opening request's prefixes, with the same explicit conversation id or none; or, for
@@ -184,14 +191,8 @@ def _recount_logged_again(con: duckdb.DuckDBPyConnection, paths: list[str]) -> N
     for path, records, rejected, skipped_text in rows:
         skipped = json.loads(skipped_text or "{}")
         skipped.pop(LOGGED_AGAIN, None)
-        dropped = records - rejected - sum(skipped.values()) - calls.get(path, 0)
-        if dropped > 0:
-            skipped[LOGGED_AGAIN] = dropped
-        total = sum(skipped.values())
-        con.execute(
-            "UPDATE sources SET skipped_by_kind = ?, skipped = ?, ingested = ? WHERE path = ?",
-            [json.dumps(skipped, sort_keys=True), total, records - rejected - total, path],
-        )
+        skipped[LOGGED_AGAIN] = records - rejected - sum(skipped.values()) - calls.get(path, 0)
+        update_skipped(con, path, records, rejected, skipped)
 
 
 def _families(con: duckdb.DuckDBPyConnection, replaced: Sequence[str]) -> list[_Family]:
@@ -207,16 +208,15 @@ def _families(con: duckdb.DuckDBPyConnection, replaced: Sequence[str]) -> list[_
         frontier = sorted(new)
     if not graph:
         return []
-    families = {}
-    for members in nx.connected_components(graph):
-        family = _Family(sorted(members))
-        for trace_id in family.trace_ids:
-            families[trace_id] = family
+    families = sorted(
+        (_Family(sorted(members)) for members in nx.connected_components(graph)), key=lambda f: f.trace_ids
+    )
+    family_of = {trace_id: family for family in families for trace_id in family.trace_ids}
     stale = set(replaced)
     for trace_id, source_format, path, line, joined, settled, missing in con.execute(
-        _CALLS, [sorted(families)]
+        _CALLS, [sorted(family_of)]
     ).fetchall():
-        family = families[trace_id]
+        family = family_of[trace_id]
         family.source_format = source_format
         family.settled &= settled
         family.missing = family.missing or missing
@@ -224,7 +224,7 @@ def _families(con: duckdb.DuckDBPyConnection, replaced: Sequence[str]) -> list[_
             continue  # the file's current content is in its own traces now
         family.lines.setdefault(path, set()).add(line)
         family.holders[(path, line)] = trace_id
-    return sorted({id(f): f for f in families.values()}.values(), key=lambda f: f.trace_ids)
+    return families
 
 
 def _read_calls(families: list[_Family], ingested: dict[str, str]) -> dict[str, tuple[str, str | None]]:
@@ -305,8 +305,7 @@ def _responses_calls(family: _Family) -> list[_Call]:
             if item.previous_id:
                 needs: list[Hashable] = [item.previous_id]
             else:
-                system = [Message(role="system", content=item.instructions)] if item.instructions else []
-                request = [api_log.message_key(m) for m in [*system, *item.input]]
+                request = [api_log.message_key(m) for m in [*item.system(), *item.input]]
                 prefixes, state = api_log.chain_hashes(request, item.output)
                 needs = [(key, digest) for digest in prefixes]
                 gives.append((key, state))
@@ -317,6 +316,7 @@ def _responses_calls(family: _Family) -> list[_Call]:
 def _call(
     path: str, exchange: api_log.Exchange, needs: list[Hashable], gives: list[Hashable], item: Any
 ) -> _Call:
+    """A call read again from `path`; its LLM call records that file as its own."""
     exchange.call.source_line_path = path
     started = exchange.call.started_at.timestamp() if exchange.call.started_at else math.inf
     return _Call(path, exchange.line, started, needs, gives, item)

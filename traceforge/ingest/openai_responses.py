@@ -281,6 +281,10 @@ class Logged:
     output: list[Message]
     exchange: api_log.Exchange
 
+    def system(self) -> list[Message]:
+        """The system message its `instructions` make, if any: its request's first message."""
+        return [Message(role="system", content=self.instructions)] if self.instructions else []
+
 
 def _conversation_id(request: dict, response: dict) -> str | None:
     for value in (request.get("conversation"), response.get("conversation")):
@@ -401,8 +405,7 @@ def traces_of(ordered: list[Logged]) -> list[Trace]:
             prior = threads.get(item.conversation_id, [])
         # Copies: a conversation's traces each own their messages (assemble rewrites them).
         seen = [*copy.deepcopy(prior), *item.input]
-        system = [Message(role="system", content=item.instructions)] if item.instructions else []
-        item.exchange.request = system + seen
+        item.exchange.request = item.system() + seen
         if item.response_id:
             history[item.response_id] = [*seen, *item.output]
         if item.conversation_id:
