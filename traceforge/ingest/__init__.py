@@ -115,9 +115,6 @@ def ingest_paths(
     batch_reports: list[FileReport] = []
     batch_rows = batch_bytes = 0
 
-    def reparse(path: str, sha: str) -> ParsedFile:
-        return _parse_file(Path(path), sha, adapter)
-
     for index, (path, outcome) in enumerate(zip(files, outcomes, strict=True)):
         if on_file:
             on_file(path, index, len(files))
@@ -149,11 +146,11 @@ def ingest_paths(
         batch_rows += rows
         batch_bytes += size
         if batch_rows >= BATCH_ROWS or batch_bytes >= BATCH_BYTES:
-            report.add_joins(parallel.write_batch(con, batch, replaces, reparse))
+            report.add_joins(parallel.write_batch(con, batch, replaces))
             report.files.extend(batch_reports)
             batch, batch_reports, batch_rows, batch_bytes = [], [], 0, 0
     if batch:
-        report.add_joins(parallel.write_batch(con, batch, replaces, reparse))
+        report.add_joins(parallel.write_batch(con, batch, replaces))
         report.files.extend(batch_reports)
     elif not any(f.status in ("new", "changed", "duplicate") for f in report.files):
         # nothing written: parts left apart earlier are joined once their files can be read again

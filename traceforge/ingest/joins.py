@@ -294,11 +294,11 @@ def replace_traces(
         con.execute(f"DELETE FROM {table} WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))", [old_ids])
     traces = [trace for _, trace in placed]
     parsed = writer.ParsedFile("", "", 0, None, ParseResult(traces=traces))
-    ids = writer._assign_ids(con, [parsed])
-    by_source_id = {trace.source_id: ids.trace[id(trace)] for trace in traces}
+    ids = writer._assign_ids(con, [writer.names_of(parsed)])
+    by_source_id = {trace.source_id: ids.trace[0, k] for k, trace in enumerate(traces)}
     rows = writer.Rows()
-    for path, trace in placed:
-        writer._add_trace(rows, path, trace, ids, by_source_id)
+    for k, (path, trace) in enumerate(placed):
+        writer._add_trace(rows, path, trace, (0, k), ids, by_source_id)
     for table in writer.SCHEMAS:
         if rows.count(table):
             store.insert_frame(con, table, rows.frame(table))

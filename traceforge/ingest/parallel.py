@@ -5,9 +5,10 @@ Each worker hashes a file, parses it with its adapter and turns the result into 
 main process takes the files back in their order, applies the same unchanged / duplicate / changed
 rules as a serial ingest, and writes each batch in one transaction. Before writing, it checks the
 ids a worker chose against the store and against the files before it in the batch: a file whose ids
-collide (the same conversation id ingested from another file, a source that reuses tool call ids
-across files) is parsed again here and given its ids by `writer`, exactly as the serial ingest
-would. So the store ends up the same whichever way a file went.
+collide (a rotated OTel export's later part of a trace, the same conversation id ingested from
+another file, a source that reuses tool call ids across files) is given its ids by `writer`,
+exactly as the serial ingest would, from the names the worker sent with its rows (`writer.renamed`):
+it is not parsed again. So the store ends up the same whichever way a file went.
 
 The workers are `traceforge.workers` processes: at most two files per worker are in flight, so
 memory stays bounded by a few files' rows however many files there are.
@@ -15,7 +16,7 @@ memory stays bounded by a few files' rows however many files there are.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,7 @@ class Prepared:
     path: str
     sha256: str
     report: Any  # traceforge.ingest.FileReport
+    names: writer.FileNames  # what its ids were made from: to name them again (`writer.renamed`)
     frames: dict[str, pl.DataFrame] = field(default_factory=dict)
 
     @property
@@ -83,12 +85,13 @@ def prepare_file(path_text: str, fmt: str, known: dict[str, str], shas: set[str]
     parsed = _parse_file(path, sha, _resolve_adapter(fmt))
     parsed.replaces = path_text in known
     report = _file_report(parsed)
-    ids = writer._assign_ids(None, [parsed])
+    names = writer.names_of(parsed)
+    ids = writer._assign_ids(None, [names])
     rows = writer.Rows()
     writer._add_file(rows, parsed, ids)
     del parsed, ids  # the rows hold what is kept: a big file's parsed objects go before its frames
     frames = {table: rows.frame(table) for table in writer.SCHEMAS if rows.count(table)}
-    return Outcome(path_text, sha, "parsed", prepared=Prepared(path_text, sha, report, frames))
+    return Outcome(path_text, sha, "parsed", prepared=Prepared(path_text, sha, report, names, frames))
 
 
 def _prepare(fmt: str, known: dict[str, str], shas: set[str], path_text: str) -> Outcome:
@@ -103,45 +106,37 @@ def parse_in_pool(files: list[Path], fmt: str, known: dict[str, str], workers: i
 
 
 def write_batch(
-    con: duckdb.DuckDBPyConnection,
-    items: list[Prepared | writer.ParsedFile],
-    replaces: set[str],
-    reparse: Callable[[str, str], writer.ParsedFile] | None = None,
+    con: duckdb.DuckDBPyConnection, items: list[Prepared | writer.ParsedFile], replaces: set[str]
 ) -> JoinReport:
-    """Write a batch in one transaction: prepared files whose ids are free as they are, the rest
-    (collisions, duplicates, files parsed here) through `writer`, a prepared file after parsing it
-    again with `reparse(path, sha)` (needed only where the batch holds prepared files);
-    then join the traces now spread over several files (`ingest.joins`, `ingest.log_joins`) and
-    mark the requests logged twice (`ingest.copies`). Returns what was joined."""
+    """Write a batch in one transaction: prepared files whose ids are free as they are; the files
+    parsed here (duplicates, a serial ingest's) and the prepared files whose ids collide, named
+    together by `writer` (a prepared file's rows renamed, not parsed again); then join the traces
+    now spread over several files (`ingest.joins`, `ingest.log_joins`) and mark the requests logged
+    twice (`ingest.copies`). Returns what was joined."""
     replaced = [item.path for item in items if item.path in replaces]
     with store.transaction(con):
         for path in replaced:
             writer._delete_source(con, path)
         prepared = [item for item in items if isinstance(item, Prepared)]
-        colliding = _colliding(con, prepared)
-        fast = [p for k, p in enumerate(prepared) if k not in colliding]
+        colliding = {id(prepared[k]) for k in _colliding(con, prepared)}
         for table in writer.SCHEMAS:
-            frames = [p.frames[table] for p in fast if table in p.frames]
+            frames = [p.frames[table] for p in prepared if table in p.frames and id(p) not in colliding]
             if frames:
                 store.insert_frame(con, table, pl.concat(frames, how="vertical", rechunk=False))
-        position = {id(p): k for k, p in enumerate(prepared)}
-        slow: list[writer.ParsedFile] = []
-        for item in items:
-            if not isinstance(item, Prepared):
-                slow.append(item)
-            elif position[id(item)] in colliding:
-                assert reparse is not None, "a batch of prepared files needs `reparse`"
-                parsed = reparse(item.path, item.sha256)
-                parsed.replaces = item.path in replaces
-                slow.append(parsed)
+        slow = [item for item in items if not isinstance(item, Prepared) or id(item) in colliding]
         if slow:
-            ids = writer._assign_ids(con, slow)
-            rows = writer.Rows()
-            for parsed in slow:
-                writer._add_file(rows, parsed, ids)
+            names = [item.names if isinstance(item, Prepared) else writer.names_of(item) for item in slow]
+            ids = writer._assign_ids(con, names)
+            written = [
+                writer.renamed(item.frames, item.names, ids, file_no)
+                if isinstance(item, Prepared)
+                else writer.rows_of(item, ids, file_no)
+                for file_no, item in enumerate(slow)
+            ]
             for table in writer.SCHEMAS:
-                if rows.count(table):
-                    store.insert_frame(con, table, rows.frame(table))
+                frames = [frames[table] for frames in written if table in frames]
+                if frames:
+                    store.insert_frame(con, table, pl.concat(frames, how="vertical", rechunk=False))
         joins = join_split_traces(con, replaced)
         joins.extend(join_log_conversations(con, replaced))
         mark_copies(con)

@@ -237,12 +237,53 @@ _PATH_COLUMNS = (
 )
 
 
+# A trace's key in `_Ids`: (the file's place in the batch, the trace's place in its file).
+TraceKey = tuple[int, int]
+
+
 @dataclass
 class _Ids:
-    trace: dict[int, str]  # id(trace) -> trace_id
+    trace: dict[TraceKey, str]  # -> trace_id
     by_source: dict[str, str]  # source_id -> trace_id over the batch, so a parent in another file resolves
-    call: dict[tuple[int, int], str]  # (id(trace), call index) -> call_id
-    tool: dict[tuple[int, str], str]  # (id(trace), local_id) -> tool_call_id
+    call: dict[tuple[TraceKey, int], str]  # (trace, call index) -> call_id
+    tool: dict[tuple[TraceKey, str], str]  # (trace, local_id) -> tool_call_id
+
+
+@dataclass
+class TraceNames:
+    """What a trace's ids are made from, without the trace: a parsing worker sends these with its
+    rows, so the main process can name a file's rows again when the store holds their ids
+    (`renamed`) instead of parsing the file again."""
+
+    source_id: str
+    parent: str | None  # the parent trace's source id
+    part: bool  # `_is_part`, in a file with a hash
+    calls: list[str | None]  # each LLM call's source id
+    # each tool call's (local id, has a source id, emitted by none of the trace's LLM calls)
+    tools: list[tuple[str, bool, bool]]
+
+
+@dataclass
+class FileNames:
+    sha256: str
+    traces: list[TraceNames]
+
+
+def names_of(parsed: ParsedFile) -> FileNames:
+    """The names `_assign_ids` makes `parsed`'s ids from."""
+    return FileNames(
+        parsed.sha256,
+        [
+            TraceNames(
+                t.source_id,
+                t.parent_source_id,
+                bool(parsed.sha256) and _is_part(t),
+                [call.source_id for call in t.llm_calls],
+                [(call.local_id, bool(call.source_id), call.call_index is None) for call in t.tool_calls],
+            )
+            for t in parsed.result.traces
+        ],
+    )
 
 
 def _taken(con: duckdb.DuckDBPyConnection | None, table: str, column: str, candidates: list[str]) -> set[str]:
@@ -288,27 +329,26 @@ def _is_part(trace: Trace) -> bool:
     return bool(trace.llm_calls) and trace.llm_calls[0].request_prefixes is not None
 
 
-def _assign_ids(con: duckdb.DuckDBPyConnection | None, files: list[ParsedFile]) -> _Ids:
-    """Each trace's, LLM call's and tool call's id. A part of a conversation (`_is_part`) in a file
-    takes its fallback ids at once, its own and those of the tool calls it re-sends from earlier
-    turns: the conversation's beginning, in another file, holds the plain ones. So a rotated log's
-    files do not collide (a parsing worker's ids stand), and joining the parts names the whole.
-    (Traces rebuilt by a join come without a file hash: their names are the join's.)"""
-    traces = [(parsed, t) for parsed in files for t in parsed.result.traces]
-    fallback = {id(t): f"{t.source_id}@{parsed.sha256[:8]}" for parsed, t in traces}
-    parts = {id(t) for parsed, t in traces if parsed.sha256 and _is_part(t)}
-    wanted = {id(t): fallback[id(t)] if id(t) in parts else t.source_id for _, t in traces}
+def _assign_ids(con: duckdb.DuckDBPyConnection | None, files: list[FileNames]) -> _Ids:
+    """Each trace's, LLM call's and tool call's id, for the files of a batch (`names_of`), keyed by
+    their places. A part of a conversation (`_is_part`) in a file takes its fallback ids at once,
+    its own and those of the tool calls it re-sends from earlier turns: the conversation's
+    beginning, in another file, holds the plain ones. So a rotated log's files do not collide (a
+    parsing worker's ids stand), and joining the parts names the whole. (Traces rebuilt by a join
+    come without a file hash: their names are the join's.)"""
+    traces = [((f, k), names, t) for f, names in enumerate(files) for k, t in enumerate(names.traces)]
+    fallback = {key: f"{t.source_id}@{names.sha256[:8]}" for key, names, t in traces}
+    wanted = {key: fallback[key] if t.part else t.source_id for key, _, t in traces}
     trace_ids = _unique(
         wanted, fallback, _taken(con, "traces", "trace_id", [*wanted.values(), *fallback.values()])
     )
 
     wanted_calls, fallback_calls = {}, {}
-    for _, t in traces:
-        for index, call in enumerate(t.llm_calls):
-            key = (id(t), index)
-            synthetic = f"{trace_ids[id(t)]}/llm-{index}"
-            wanted_calls[key] = call.source_id or synthetic
-            fallback_calls[key] = synthetic
+    for key, _, t in traces:
+        for index, source_id in enumerate(t.calls):
+            synthetic = f"{trace_ids[key]}/llm-{index}"
+            wanted_calls[key, index] = source_id or synthetic
+            fallback_calls[key, index] = synthetic
     call_ids = _unique(
         wanted_calls,
         fallback_calls,
@@ -316,23 +356,102 @@ def _assign_ids(con: duckdb.DuckDBPyConnection | None, files: list[ParsedFile]) 
     )
 
     wanted_tools, fallback_tools = {}, {}
-    for _, t in traces:
-        part = id(t) in parts
-        for seq, call in enumerate(t.tool_calls):
-            key = (id(t), call.local_id)
-            synthetic = f"{trace_ids[id(t)]}/tool-{seq}"
-            fallback_tools[key] = f"{trace_ids[id(t)]}/{call.local_id}" if call.source_id else synthetic
-            re_sent = part and call.call_index is None  # requested before the part's first call
-            wanted_tools[key] = call.local_id if call.source_id and not re_sent else fallback_tools[key]
+    for key, _, t in traces:
+        for seq, (local_id, has_source_id, no_call) in enumerate(t.tools):
+            synthetic = f"{trace_ids[key]}/tool-{seq}"
+            fallback_tools[key, local_id] = f"{trace_ids[key]}/{local_id}" if has_source_id else synthetic
+            re_sent = t.part and no_call  # requested before the part's first call
+            own = has_source_id and not re_sent
+            wanted_tools[key, local_id] = local_id if own else fallback_tools[key, local_id]
     tool_ids = _unique(
         wanted_tools,
         fallback_tools,
         _taken(con, "tool_calls", "tool_call_id", [*wanted_tools.values(), *fallback_tools.values()]),
     )
     by_source: dict[str, str] = {}
-    for _, t in traces:
-        by_source.setdefault(t.source_id, trace_ids[id(t)])
+    for key, _, t in traces:
+        by_source.setdefault(t.source_id, trace_ids[key])
     return _Ids(trace_ids, by_source, call_ids, tool_ids)
+
+
+def _parent_id(parent: str | None, ids: _Ids, by_source_id: dict[str, str]) -> str | None:
+    """A parent trace's id: its file's trace of that source id, else the batch's, else the source id
+    as it is (a parent not ingested yet)."""
+    if not parent:
+        return None
+    return by_source_id.get(parent) or ids.by_source.get(parent, parent)
+
+
+def renamed(
+    frames: dict[str, pl.DataFrame], names: FileNames, ids: _Ids, file_no: int
+) -> dict[str, pl.DataFrame]:
+    """A parsing worker's rows of one file, named as `_assign_ids(None, [names])` names them (no
+    store to avoid), under the ids `ids` gives the batch's file `file_no` instead: the rows
+    `rows_of` gives with `ids`, without parsing the file again.
+
+    The worker's ids are unique within the file, so they map one to one; only the id a message
+    answers (kept as the source gave it where it names no tool call of its trace) is mapped with
+    its trace."""
+    first = _assign_ids(None, [names])
+    traces, calls, tools, answered = {}, {}, {}, {}
+    for k, t in enumerate(names.traces):
+        old_trace = first.trace[0, k]
+        traces[old_trace] = ids.trace[file_no, k]
+        for i in range(len(t.calls)):
+            calls[first.call[(0, k), i]] = ids.call[(file_no, k), i]
+        for local_id, _, _ in t.tools:
+            old, new = first.tool[(0, k), local_id], ids.tool[(file_no, k), local_id]
+            if local_id and old != new:
+                tools[old] = new
+                answered[f"{old_trace}\0{old}"] = new
+    own = {t.source_id: ids.trace[file_no, k] for k, t in enumerate(names.traces)}
+    trace_ids = [ids.trace[file_no, k] for k in range(len(names.traces))]
+    parents = [_parent_id(t.parent, ids, own) for t in names.traces]
+
+    def changed(mapping: dict[str, str]) -> dict[str, str]:
+        return {old: new for old, new in mapping.items() if old != new}
+
+    traces, calls = changed(traces), changed(calls)
+    with_renamed_tools = list({key.partition("\0")[0] for key in answered})
+
+    def rename_calls(column: str) -> pl.Expr:
+        return pl.col(column).replace(calls) if calls else pl.col(column)
+
+    def rename_tool_calls(text: str) -> str:
+        listed = json.loads(text)
+        for call in listed:
+            call["id"] = tools.get(call["id"], call["id"])
+        return to_json(listed)
+
+    out = dict(frames)
+    if "traces" in out:
+        frame = out["traces"]
+        assert frame.height == len(trace_ids), "a worker writes one traces row per trace"
+        out["traces"] = frame.with_columns(
+            pl.Series("trace_id", trace_ids, dtype=pl.Utf8),
+            pl.Series("parent_trace_id", parents, dtype=pl.Utf8),
+        )
+    by_trace = pl.col("trace_id").replace(traces) if traces else pl.col("trace_id")
+    for table in ("llm_calls", "tool_calls", "messages", "tool_defs"):
+        if table not in out:
+            continue
+        columns = [by_trace]
+        if table in ("llm_calls", "tool_calls", "messages"):
+            columns.append(rename_calls("call_id"))
+        if table == "tool_calls" and tools:
+            columns.append(pl.col("tool_call_id").replace(tools))
+        if table == "messages" and tools:
+            key = pl.concat_str(pl.col("trace_id"), pl.lit("\0"), pl.col("tool_call_id"))
+            answer = key.replace_strict(answered, default=pl.col("tool_call_id"), return_dtype=pl.Utf8)
+            columns.append(answer.alias("tool_call_id"))
+            rewritten = pl.col("tool_calls").map_elements(rename_tool_calls, return_dtype=pl.Utf8)
+            columns.append(
+                pl.when(pl.col("trace_id").is_in(with_renamed_tools))
+                .then(rewritten)
+                .otherwise(pl.col("tool_calls"))
+            )
+        out[table] = out[table].with_columns(columns)
+    return out
 
 
 def counts(parsed: ParsedFile) -> tuple[int, int, int, int]:
@@ -352,12 +471,21 @@ def counts(parsed: ParsedFile) -> tuple[int, int, int, int]:
     return result.records, max(result.records - rejected - skipped, 0), rejected, skipped
 
 
-def _add_file(rows: Rows, parsed: ParsedFile, ids: _Ids) -> None:
+def rows_of(parsed: ParsedFile, ids: _Ids, file_no: int = 0) -> dict[str, pl.DataFrame]:
+    """`parsed`'s rows per table, with the ids `ids` gives the batch's file `file_no`."""
+    rows = Rows()
+    _add_file(rows, parsed, ids, file_no)
+    return {table: rows.frame(table) for table in SCHEMAS if rows.count(table)}
+
+
+def _add_file(rows: Rows, parsed: ParsedFile, ids: _Ids, file_no: int = 0) -> None:
+    """`parsed`'s rows, with the ids `ids` gives the batch's file `file_no`."""
     now = datetime.now(UTC)
     result = parsed.result
-    by_source_id = {t.source_id: ids.trace[id(t)] for t in result.traces}
-    for trace in result.traces:
-        _add_trace(rows, parsed.path, trace, ids, by_source_id)
+    keys = [(file_no, k) for k in range(len(result.traces))]
+    by_source_id = {t.source_id: ids.trace[key] for key, t in zip(keys, result.traces, strict=True)}
+    for key, trace in zip(keys, result.traces, strict=True):
+        _add_trace(rows, parsed.path, trace, key, ids, by_source_id)
     rejects = list(result.rejects)
     if parsed.error:
         rejects.append(Reject(None, parsed.error, parsed.raw_sample))
@@ -391,10 +519,10 @@ def _add_file(rows: Rows, parsed: ParsedFile, ids: _Ids) -> None:
     )
 
 
-def _add_trace(rows: Rows, path: str, trace: Trace, ids: _Ids, by_source_id: dict[str, str]) -> None:
-    key = id(trace)
+def _add_trace(
+    rows: Rows, path: str, trace: Trace, key: TraceKey, ids: _Ids, by_source_id: dict[str, str]
+) -> None:
     trace_id = ids.trace[key]
-    parent = trace.parent_source_id
     rows.add(
         "traces",
         trace_id=trace_id,
@@ -406,7 +534,7 @@ def _add_trace(rows: Rows, path: str, trace: Trace, ids: _Ids, by_source_id: dic
         started_at=trace.started_at,
         ended_at=trace.ended_at,
         outcome=trace.outcome,
-        parent_trace_id=(by_source_id.get(parent) or ids.by_source.get(parent, parent)) if parent else None,
+        parent_trace_id=_parent_id(trace.parent_source_id, ids, by_source_id),
         attributes=to_json(trace.attributes),
     )
     call_ids = [ids.call[(key, i)] for i in range(len(trace.llm_calls))]
