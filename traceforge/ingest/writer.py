@@ -393,26 +393,25 @@ def renamed(
     answers (kept as the source gave it where it names no tool call of its trace) is mapped with
     its trace."""
     first = _assign_ids(None, [names])
-    traces, calls, tools, answered = {}, {}, {}, {}
+    traces, calls, tools, answered = {}, {}, {}, {}  # the ids that change: the worker's -> this batch's
+    with_renamed_tools = set()
     for k, t in enumerate(names.traces):
-        old_trace = first.trace[0, k]
-        traces[old_trace] = ids.trace[file_no, k]
+        old_trace, new_trace = first.trace[0, k], ids.trace[file_no, k]
+        if old_trace != new_trace:
+            traces[old_trace] = new_trace
         for i in range(len(t.calls)):
-            calls[first.call[(0, k), i]] = ids.call[(file_no, k), i]
+            old, new = first.call[(0, k), i], ids.call[(file_no, k), i]
+            if old != new:
+                calls[old] = new
         for local_id, _, _ in t.tools:
             old, new = first.tool[(0, k), local_id], ids.tool[(file_no, k), local_id]
             if local_id and old != new:
                 tools[old] = new
                 answered[f"{old_trace}\0{old}"] = new
+                with_renamed_tools.add(old_trace)
     own = {t.source_id: ids.trace[file_no, k] for k, t in enumerate(names.traces)}
     trace_ids = [ids.trace[file_no, k] for k in range(len(names.traces))]
     parents = [_parent_id(t.parent, ids, own) for t in names.traces]
-
-    def changed(mapping: dict[str, str]) -> dict[str, str]:
-        return {old: new for old, new in mapping.items() if old != new}
-
-    traces, calls = changed(traces), changed(calls)
-    with_renamed_tools = list({key.partition("\0")[0] for key in answered})
 
     def rename_calls(column: str) -> pl.Expr:
         return pl.col(column).replace(calls) if calls else pl.col(column)
@@ -446,7 +445,7 @@ def renamed(
             columns.append(answer.alias("tool_call_id"))
             rewritten = pl.col("tool_calls").map_elements(rename_tool_calls, return_dtype=pl.Utf8)
             columns.append(
-                pl.when(pl.col("trace_id").is_in(with_renamed_tools))
+                pl.when(pl.col("trace_id").is_in(sorted(with_renamed_tools)))
                 .then(rewritten)
                 .otherwise(pl.col("tool_calls"))
             )
