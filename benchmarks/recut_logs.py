@@ -9,6 +9,7 @@ cut into files of equal line counts. The traces running at each cut then lie in 
 later file's part holds a trace id the earlier file holds (`traceforge.ingest.joins` joins them).
 
     python benchmarks/recut_logs.py benchmarks/corpus/growth-1x-full benchmarks/corpus/rotated-logs
+    python benchmarks/recut_logs.py --otlp benchmarks/corpus/growth-1x-full benchmarks/corpus/rotated-otlp
     python benchmarks/run.py --task ingest --corpus benchmarks/corpus/rotated-logs --db /tmp/r.duckdb
 """
 
