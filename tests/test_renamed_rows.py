@@ -92,7 +92,7 @@ def check_renamed(tmp_path: Path, path: Path) -> dict:
     for table, frame in expected.items():
         when = WHEN_WRITTEN.get(table)
         got = renamed[table].drop(when) if when else renamed[table]
-        assert_frame_equal(got, frame.drop(when) if when else frame, check_exact=True), table
+        assert_frame_equal(got, frame.drop(when) if when else frame, check_exact=True)
     # the worker's ids were taken: the test compares renamed rows, not the worker's own
     worker_ids = set(prepared.frames["traces"]["trace_id"])
     assert worker_ids and worker_ids.isdisjoint(renamed["traces"]["trace_id"])
