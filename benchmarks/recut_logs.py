@@ -25,26 +25,33 @@ LOG_FORMATS = ("openai-log", "anthropic-log")
 
 def recut(source: Path, out: Path, files_per_format: int) -> list[Path]:
     """Write each log format's records of `source` to `files_per_format` files in `out`."""
-    out.mkdir(parents=True, exist_ok=True)
     written = []
     for fmt in LOG_FORMATS:
         lines: list[bytes] = []
         for path in sorted(source.glob(f"{fmt}-*.jsonl")):
             lines.extend(path.read_bytes().splitlines(keepends=True))
-        for k in range(files_per_format):
-            part = lines[k * len(lines) // files_per_format : (k + 1) * len(lines) // files_per_format]
-            if part:
-                path = out / f"{fmt}.{k}.jsonl"
-                path.write_bytes(b"".join(part))
-                written.append(path)
+        written.extend(_cut(lines, out, fmt, files_per_format))
+    return written
+
+
+def _cut(lines: list[bytes], out: Path, stem: str, files: int) -> list[Path]:
+    """`lines` in `files` files of equal line counts, `out/<stem>.<k>.jsonl`."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for k in range(files):
+        part = lines[k * len(lines) // files : (k + 1) * len(lines) // files]
+        if part:
+            path = out / f"{stem}.{k}.jsonl"
+            path.write_bytes(b"".join(part))
+            written.append(path)
     return written
 
 
 def recut_otlp(source: Path, out: Path, files: int) -> list[Path]:
     """Write `source`'s OTel export batches, each trace's spans in two batches interleaved with the
     next trace's, to `files` files in `out`."""
-    batches: list[str] = []
-    held: str | None = None  # the previous trace's second batch
+    batches: list[bytes] = []
+    held: bytes | None = None  # the previous trace's second batch
     for path in sorted(source.glob("otlp-*.jsonl")):
         for line in path.read_text().splitlines():
             first, second = _halves(json.loads(line))
@@ -54,18 +61,10 @@ def recut_otlp(source: Path, out: Path, files: int) -> list[Path]:
             held = second
     if held is not None:
         batches.append(held)
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for k in range(files):
-        part = batches[k * len(batches) // files : (k + 1) * len(batches) // files]
-        if part:
-            path = out / f"otlp.{k}.jsonl"
-            path.write_text("".join(batch + "\n" for batch in part))
-            written.append(path)
-    return written
+    return _cut(batches, out, "otlp", files)
 
 
-def _halves(request: dict[str, Any]) -> tuple[str, str]:
+def _halves(request: dict[str, Any]) -> tuple[bytes, bytes]:
     """An export request's spans in two requests: the first half of its spans, then the rest."""
     spans = [
         (r, s, span)
@@ -81,7 +80,7 @@ def _halves(request: dict[str, Any]) -> tuple[str, str]:
                 scope["spans"] = []
         for r, s, span in chosen:
             half["resourceSpans"][r]["scopeSpans"][s]["spans"].append(span)
-        halves.append(json.dumps(half, separators=(",", ":")))
+        halves.append(json.dumps(half, separators=(",", ":")).encode() + b"\n")
     return halves[0], halves[1]
 
 
