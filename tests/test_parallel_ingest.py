@@ -231,6 +231,44 @@ def test_what_is_not_plain_json_lines_is_read_whole_as_before(tmp_path, monkeypa
     assert [(r.line, r.error) for r in rejects] == [(r.line, r.error) for r in expected_rejects]
 
 
+def _hex_id(n: int) -> str:
+    return f"{n:02d}" + "ab" * 15
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+@pytest.mark.parametrize("chunk", [1 << 20, 200])  # the file in one chunk (not streamed otherwise), or many
+def test_a_file_read_again_for_some_ids_parses_only_the_lines_holding_one(
+    tmp_path, monkeypatch, compressed, chunk
+):
+    monkeypatch.setattr(stream, "CHUNK_BYTES", chunk)
+    lines = [json.dumps({"traceId": _hex_id(n), "n": n}).encode() for n in range(60)]
+    lines[7] = lines[7].upper()  # an exporter writing its hex upper-case
+    lines[20] = b'{"traceId": "' + _hex_id(20).encode() + b'", "cut'  # not JSON, and not wanted
+    lines[33] = b'{"traceId": "' + _hex_id(33).encode() + b'", "cut'  # not JSON, and wanted
+    data = b"\n".join(lines) + b"\n"
+    path = tmp_path / ("export.jsonl.gz" if compressed else "export.jsonl")
+    path.write_bytes(gzip.compress(data) if compressed else data)
+    wanted = [_hex_id(n).encode() for n in (3, 7, 33, 59)]
+    rejects: list[Reject] = []
+    opened = stream.open_records(path, rejects, holding=wanted)
+    assert opened.streamed
+    assert [(r.line, r.value.get("n", r.value.get("N"))) for r in opened.records] == [
+        (4, 3),
+        (8, 7),
+        (60, 59),
+    ]
+    assert [r.line for r in rejects] == [34]  # the unwanted bad line was never parsed
+    everything: list[Reject] = []
+    assert len(list(stream.open_records(path, everything).records)) == 58 and len(everything) == 2
+
+
+def test_a_file_not_plainly_json_lines_read_again_for_some_ids_gives_every_record(tmp_path):
+    path = tmp_path / "export.json"
+    path.write_text(json.dumps([{"traceId": _hex_id(n)} for n in range(5)], indent=2))
+    opened = stream.open_records(path, [], holding=[_hex_id(3).encode()])
+    assert not opened.streamed and len(list(opened.records)) == 5
+
+
 def test_gzip_data_that_breaks_off_midway_fails_the_file_with_the_reason(tmp_path, monkeypatch):
     monkeypatch.setattr(stream, "CHUNK_BYTES", 512)
     data = gzip.compress(b"\n".join(json.dumps({"n": n, "p": "z" * 30}).encode() for n in range(2000)))

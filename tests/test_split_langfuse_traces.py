@@ -60,6 +60,24 @@ def test_observations_over_two_files_ingested_together_are_the_trace_of_the_whol
     assert "Nothing new" in output and "Joined" not in output
 
 
+@pytest.mark.parametrize("trace_id", ["commande-été-42", "orders/42/weather", "wx-1"])
+def test_a_trace_id_that_may_be_written_otherwise_is_joined_by_reading_every_line(runner, tmp_path, trace_id):
+    """Ids that a JSON writer may escape (json.dumps writes `é` as `\\u00e9`; some writers `/` as
+    `\\/`) are not searched for in the files' raw lines: every line is read again, and the trace is
+    whole. So are ids too short to tell from a number's text."""
+    rows = []
+    for row in json.loads(FIXTURE.read_text()):
+        if row["traceId"] == WEATHER:
+            row["traceId"] = trace_id
+        rows.append(json.dumps(row).replace("/", "\\/") + "\n")
+    write(tmp_path / "export" / "2025-10-10T09.jsonl", "".join(rows[:6]))
+    write(tmp_path / "export" / "2025-10-10T10.jsonl", "".join(rows[6:]))
+    db = tmp_path / "store.duckdb"
+    report = ingest(runner, db, tmp_path / "export")
+    assert report["joined"] == [trace_id] and report["left_apart"] == {}
+    assert content(runner, db) == whole(runner, tmp_path, rows)
+
+
 def test_files_ingested_one_after_the_other_in_either_order_are_joined(runner, tmp_path):
     rows = observations()
     a = write(tmp_path / "a" / "page-1.jsonl", "".join(rows[:6]))

@@ -7,15 +7,18 @@ export batches); cutting the file between the lines is what a size-rotating file
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from pathlib import Path
 
+import pytest
 from split_traces import content, ingest, run, where_from, whole, write
 
 from traceforge import store
 from traceforge.ingest import joins
 from traceforge.ingest.sources import sha256_file
+from traceforge.ingest.stream import open_records
 
 FIXTURE = Path(__file__).parent / "fixtures" / "otlp" / "otel_genai_current.jsonl"
 SPLIT = "5b8efff798038103d269b633813fc60c"  # spans on both lines of the fixture
@@ -56,6 +59,70 @@ def test_files_ingested_one_after_the_other_in_either_order_are_joined(runner, t
         parts = ingest(runner, db, order[1])
         assert parts["joined"] == [SPLIT], name
         assert content(runner, db) == expected, name
+
+
+def relabelled(line: str, trace_id: str, spans: str) -> str:
+    """A copy of the fixture's first batch as another trace, whole in one file: its trace id and
+    span ids (`a000...`) changed."""
+    return line.replace(SPLIT, trace_id).replace('"a0000000000000', f'"{spans}0000000000000')
+
+
+def spelled(line: str, spelling: str) -> str:
+    """An export batch with the split trace's id written as some exporters write it."""
+    hex_id = SPLIT
+    if spelling == "hex":
+        return line
+    if spelling == "base64":  # protobuf's JSON; a Java writer escapes `/` and `=`
+        written = base64.b64encode(bytes.fromhex(hex_id)).decode()
+        escaped = written.replace("/", "\\/").replace("=", "\\u003d")
+        assert "/" in written and "\\" in escaped
+        return line.replace(f'"{hex_id}"', f'"{escaped}"')
+    written = {"upper-case": hex_id.upper(), "0x": "0x" + hex_id}[spelling]
+    return line.replace(f'"{hex_id}"', f'"{written}"')
+
+
+@pytest.mark.parametrize("spelling", ["hex", "upper-case", "0x", "base64"])
+def test_only_the_lines_naming_a_split_trace_are_read_again_however_they_spell_it(
+    runner, tmp_path, monkeypatch, spelling
+):
+    """The files holding a part are read again only where their lines hold the trace id: a line
+    naming it in another spelling is still read, and the trace is whole."""
+    first, second = lines()
+    db, read_again = ingest_counting_lines_read_again(
+        runner, tmp_path, monkeypatch, spelled(second, spelling)
+    )
+    assert sorted(read_again) == [1, 2]  # of each file, the one line that holds a part
+    rotated, active = first + relabelled(first, "c" * 32, "c"), relabelled(first, "d" * 32, "d")
+    assert content(runner, db) == whole(runner, tmp_path, [rotated, active, second])
+
+
+def test_files_wanted_for_many_traces_are_read_again_whole(runner, tmp_path, monkeypatch):
+    """Past `MAX_SPELLINGS`, searching every line for each id costs more than parsing it."""
+    monkeypatch.setattr(joins, "MAX_SPELLINGS", 1)
+    _, read_again = ingest_counting_lines_read_again(runner, tmp_path, monkeypatch, lines()[1])
+    assert sorted(read_again) == [1, 1, 2, 2]
+
+
+def ingest_counting_lines_read_again(
+    runner, folder: Path, monkeypatch, second: str
+) -> tuple[Path, list[int]]:
+    """Two files, each holding one batch of the split trace (`second` in the later) and one of a
+    trace of its own, ingested together; the store, and the lines the join read again."""
+    first = lines()[0]
+    write(folder / "logs" / "traces-1.jsonl", first + relabelled(first, "c" * 32, "c"))
+    write(folder / "logs" / "traces.jsonl", relabelled(first, "d" * 32, "d") + second)
+    read_again = []
+
+    def counted(*args, **kwargs):
+        opened = open_records(*args, **kwargs)
+        opened.records = (read_again.append(record.line) or record for record in opened.records)
+        return opened
+
+    monkeypatch.setattr(joins, "open_records", counted)
+    db = folder / "store.duckdb"
+    report = ingest(runner, db, folder / "logs")
+    assert report["joined"] == [SPLIT] and report["left_apart"] == {}
+    return db, read_again
 
 
 def without_trace(line: str, trace_id: str) -> str:

@@ -406,6 +406,26 @@ def normalize_id(value: Any, size: int) -> str | None:
     return None if not hex_id.strip("0") else hex_id
 
 
+_LETTERS_AND_DIGITS = re.compile(r"[A-Za-z0-9]+")
+MIN_SPELLING = 8
+
+
+def trace_id_spellings(trace_id: str) -> list[str] | None:
+    """What the JSON text of a record naming `trace_id` (as `normalize_id` gives it) holds, in some
+    case: for a 16-byte id, its hex or the longest run of letters and digits in its base64 (a JSON
+    writer may escape the base64's `+`, `/` and `=`). None for an id of another shape, which may
+    have been derived rather than read (`attribute_map_span`), or when that run is too short.
+
+    >>> trace_id_spellings("5b8efff798038103d269b633813fc60c")
+    ['5b8efff798038103d269b633813fc60c', '95gDgQPSabYzgT']
+    """
+    if len(trace_id) != 32 or not _HEX.match(trace_id):
+        return None
+    encoded = base64.b64encode(bytes.fromhex(trace_id)).decode("ascii")
+    run = max(_LETTERS_AND_DIGITS.findall(encoded), key=len)
+    return [trace_id, run] if len(run) >= MIN_SPELLING else None
+
+
 def nanos_time(value: Any) -> datetime | None:
     """A UTC datetime from OTLP's nanoseconds since the epoch (string or number); 0 means unset."""
     if isinstance(value, bool) or value is None:

@@ -211,12 +211,12 @@ def read_records(source: SourceFile, rejects: list[Reject]) -> Iterator[Record]:
 
 
 def _read_json_lines(
-    data: bytes, rejects: list[Reject], wanted: Callable[[int], bool] | None = None
+    data: bytes, rejects: list[Reject], wanted: Callable[[int, bytes], bool] | None = None
 ) -> Iterator[Record]:
     """The records of JSON Lines `data`, numbered from 1; with `wanted`, only the lines it takes
-    (the others are not parsed)."""
+    (given their number and bytes; the others are not parsed)."""
     for number, line in enumerate(data.splitlines(), start=1):
-        if not line.strip() or (wanted is not None and not wanted(number)):
+        if not line.strip() or (wanted is not None and not wanted(number, line)):
             continue
         try:
             text = line.decode("utf-8").removeprefix("\ufeff")  # a BOM inside: files concatenated

@@ -6,7 +6,8 @@ parsed at once) takes several times its size in memory; here such a file is read
 consumes them. Everything else (a file that fits in one chunk, a JSON document, a CSV table, UTF-16
 text, binary content, a JSON Lines file whose first line is not JSON) is read whole by
 `traceforge.ingest.sources.read_records`, exactly as before: streaming applies only where it cannot
-change what is read.
+change what is read. A file read again for a few of its lines (a trace's parts, to join them) is
+streamed even when it fits in one chunk, so that its other lines are not parsed.
 
 >>> rejects = []
 >>> opened = open_records(Path("logs/gateway.jsonl"), rejects)          # doctest: +SKIP
@@ -58,11 +59,19 @@ class OpenedFile:
 
 
 def open_records(
-    path: Path, rejects: list[Reject], sha256: str = "", lines: Collection[int] | None = None
+    path: Path,
+    rejects: list[Reject],
+    sha256: str = "",
+    lines: Collection[int] | None = None,
+    holding: Collection[bytes] | None = None,
 ) -> OpenedFile:
-    """The records of `path`; lines that are not JSON go to `rejects` as they are met. With `lines`
-    (line numbers), a streamed file's other lines are skipped without being parsed (a file read
-    again for a few of its records); a file read whole still gives every record.
+    """The records of `path`; lines that are not JSON go to `rejects` as they are met.
+
+    A file read again for a few of its records names them: by `lines` (line numbers), or by
+    `holding` (lower-case ASCII byte strings, such as trace ids: a line is parsed only when its
+    lower-cased bytes hold one of them). The other lines of a JSON Lines file, however small, are then
+    skipped without being parsed; a file that is not plainly JSON Lines (a JSON document, a CSV
+    table, UTF-16 text) still gives every record.
 
     Raises SourceError (as `sources.read_records` does) for a file that cannot be read as records;
     a streamed file can also raise it later, while its records are consumed (gzip data corrupt
@@ -79,7 +88,8 @@ def open_records(
         stream: BinaryIO = gzip.GzipFile(fileobj=handle) if compressed else handle
         first = _read_chunk(stream)
         complete = len(first) < CHUNK_BYTES  # the whole content is in the first chunk
-        if complete or not _starts_with_json_line(first):
+        filtered = lines is not None or holding is not None
+        if (complete and not filtered) or not _starts_with_json_line(first):
             data = first if complete else first + _read_rest(stream)
             handle.close()
             source = SourceFile(path=path, data=data, sha256=sha256, size=size, compressed=compressed)
@@ -91,7 +101,7 @@ def open_records(
     except BaseException:
         handle.close()
         raise
-    records = _stream(handle, stream, first, rejects, lines)
+    records = _stream(handle, stream, first, rejects, lines, holding)
     return OpenedFile(records, size, first[:SAMPLE_CHARS], streamed=True)
 
 
@@ -146,14 +156,21 @@ def _lines_in(chunk: bytes) -> int:
 
 
 def _stream(
-    handle: BinaryIO, stream: BinaryIO, first: bytes, rejects: list[Reject], lines: Collection[int] | None
+    handle: BinaryIO,
+    stream: BinaryIO,
+    first: bytes,
+    rejects: list[Reject],
+    lines: Collection[int] | None,
+    holding: Collection[bytes] | None,
 ) -> Iterator[Record]:
     offset = 0
     chunk = first.removeprefix(UTF8_BOM)
     try:
         while chunk:
             chunk_rejects: list[Reject] = []
-            wanted = None if lines is None else functools.partial(_wanted, lines, offset)
+            wanted = None
+            if lines is not None or holding is not None:
+                wanted = functools.partial(_wanted, lines, holding, offset)
             for record in _read_json_lines(chunk, chunk_rejects, wanted):
                 if chunk_rejects:
                     rejects.extend(_shifted(chunk_rejects, offset))
@@ -167,8 +184,15 @@ def _stream(
         handle.close()
 
 
-def _wanted(lines: Collection[int], offset: int, number: int) -> bool:
-    return number + offset in lines
+def _wanted(
+    lines: Collection[int] | None, holding: Collection[bytes] | None, offset: int, number: int, line: bytes
+) -> bool:
+    if lines is not None and number + offset not in lines:
+        return False
+    if holding is None:
+        return True
+    lowered = line.lower()
+    return any(text in lowered for text in holding)
 
 
 def _shifted(rejects: list[Reject], offset: int) -> list[Reject]:

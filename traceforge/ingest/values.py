@@ -167,6 +167,21 @@ def as_id(value: Any) -> str | None:
     return text if text else None
 
 
+# Letters, digits, `_` and `-`, which no JSON writer escapes; eight or more, which no float's text
+# (`1e-05`, `1e+22`, `0.5`) is without a `.` or `+`.
+_VERBATIM_ID = re.compile(r"[A-Za-z0-9_\-]{8,}")
+
+
+def is_verbatim_id(text: str) -> bool:
+    """Whether an id read with `as_id` is written as it is in its record's JSON text: one that is
+    not could be escaped there, or have been a number written otherwise (`1E5`).
+
+    >>> is_verbatim_id("0f8fad5b-d9cb-469f-a165-70867728950e"), is_verbatim_id("1e-05")
+    (True, False)
+    """
+    return _VERBATIM_ID.fullmatch(text) is not None
+
+
 def parse_time(value: Any) -> datetime | None:
     """A UTC datetime from ISO-8601 text (zone optional, assumed UTC), or an epoch number.
 
