@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 from accounting import assert_accounting
-from split_traces import content, ingest, run, where_from, whole, write
+from split_traces import content, ingest, query, run, where_from, whole, write
 
 from traceforge import store
+from traceforge.ingest.sources import sha256_file
 
 FIXTURE = Path(__file__).parent / "fixtures" / "langfuse" / "observations.json"
 WEATHER = "7f3c2a1e9b8d4c6f8a2b1c3d4e5f6a7b"  # observations 0-9: agent, generation, two tools, generation
@@ -180,3 +181,39 @@ def test_the_traces_table_exported_apart_gives_what_one_file_holding_both_gives(
             con.close()
         assert traces == {"traces.jsonl": 3, "observations-1.jsonl": 1, "observations-2.jsonl": 3}, name
         assert ingest(runner, db, table, early, late)["joined"] == [], name  # a rerun changes nothing
+
+
+def test_a_langfuse_trace_and_an_otel_trace_of_one_id_are_joined_together_each_as_its_own(runner, tmp_path):
+    """Langfuse's trace ids are hex, as OTel's are, and a team ingesting both its Langfuse export and
+    the spans its collector sent Langfuse holds two traces of one id, each split over two files. Joined in one
+    transaction, the Langfuse sub-agent's conversation stays the Langfuse trace's child, and the
+    OTel trace, named apart by its file's hash, is joined again when its active file grows."""
+    shared = "5b8efff798038103d269b633813fc60c"  # the split trace of the OTel fixture below
+    rows = [row.replace(SUPPORT, shared) for row in with_sub_agent()]
+    cut = next(n for n, row in enumerate(rows) if json.loads(row)["id"].endswith("0011"))
+    write(tmp_path / "logs" / "langfuse-1.jsonl", "".join(rows[:cut]))
+    write(tmp_path / "logs" / "langfuse-2.jsonl", "".join(rows[cut:]))
+    otel = FIXTURE.parent.parent / "otlp" / "otel_genai_current.jsonl"
+    first, second = otel.read_text().splitlines(keepends=True)
+    write(tmp_path / "logs" / "otel-1.jsonl", first)
+    active = write(tmp_path / "logs" / "otel-2.jsonl", second)
+    db = tmp_path / "store.duckdb"
+    assert ingest(runner, db, tmp_path / "logs")["joined"] == [shared]
+    sql = (
+        "SELECT t.source_format, t.trace_id, p.source_format FROM traces t "
+        "LEFT JOIN traces p ON t.parent_trace_id = p.trace_id WHERE t.trace_id LIKE ? || '%' ORDER BY 1, 2"
+    )
+    otel_id = f"{shared}@{sha256_file(active)[:8]}"
+    assert query(db, sql, [shared]) == [
+        ("langfuse", shared, None),
+        ("langfuse", f"{shared}/2", "langfuse"),
+        ("otlp", otel_id, None),
+    ]
+    other_trace = first.replace(shared, "e" * 32).replace('"a0000000000000', '"e0000000000000')
+    write(active, second + other_trace)
+    report = ingest(runner, db, tmp_path / "logs")
+    assert report["joined"] == [shared] and report["totals"]["files_changed"] == 1
+    assert [row[:2] for row in query(db, sql, [shared])][2:] == [
+        ("otlp", f"{shared}@{sha256_file(active)[:8]}")
+    ]
+    assert query(db, "SELECT count(*) FROM traces WHERE source_format = 'otlp'") == [(3,)]

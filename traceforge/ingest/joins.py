@@ -211,6 +211,7 @@ def join_split_traces(con: duckdb.DuckDBPyConnection, replaced: Iterable[str] = 
     if not groups:
         return report
     _read_parts(con, groups)
+    replacements = []
     for group in groups:
         joined = None if group.problem else _joined_traces(group)
         if joined is None:
@@ -221,8 +222,9 @@ def join_split_traces(con: duckdb.DuckDBPyConnection, replaced: Iterable[str] = 
         traces, primary, line = joined
         for trace in traces:
             trace.source_line = line
-        replace_traces(con, group.trace_ids, [(primary, trace) for trace in traces], group.paths)
+        replacements.append(Replacement(group.trace_ids, [(primary, trace) for trace in traces], group.paths))
         report.joined.append(group.key)
+    replace_traces(con, replacements)
     return report
 
 
@@ -315,25 +317,47 @@ def _joined_traces(group: _Group) -> tuple[list[Trace], str, int | None] | None:
     return traces, primary, line
 
 
-def replace_traces(
-    con: duckdb.DuckDBPyConnection, old_ids: list[str], placed: list[tuple[str, Trace]], paths: list[str]
-) -> None:
-    """The rows of the traces `old_ids` (and their analysis) deleted, the joined traces written in
-    their place, each with its file (`placed`: (source_path, trace)); `paths` are every file
-    involved, whose counts are updated."""
+@dataclass
+class Replacement:
+    """Traces built from several files, to put in the place of their parts."""
+
+    old_ids: list[str]  # the parts' trace ids
+    placed: list[tuple[str, Trace]]  # each trace built, with the file it is placed in (source_path)
+    paths: list[str]  # every file involved, whose counts change
+
+
+def replace_traces(con: duckdb.DuckDBPyConnection, replacements: list[Replacement]) -> None:
+    """The rows of every replacement's old traces (and their analysis) deleted, and the traces built
+    written in their place, all at once: a rotated export can join hundreds of traces at each cut.
+    A trace's parent (a sub-agent's conversation's) is the joined trace of that source id."""
+    if not replacements:
+        return
+    old_ids = [trace_id for replacement in replacements for trace_id in replacement.old_ids]
     for table in (*writer.TRACE_TABLES, "traces"):
         con.execute(f"DELETE FROM {table} WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))", [old_ids])
-    traces = [trace for _, trace in placed]
-    parsed = writer.ParsedFile("", "", 0, None, ParseResult(traces=traces))
-    ids = writer._assign_ids(con, [writer.names_of(parsed)])
-    by_source_id = {trace.source_id: ids.trace[0, k] for k, trace in enumerate(traces)}
+    placed = [(path, trace) for replacement in replacements for path, trace in replacement.placed]
+    hashes = dict(
+        con.execute(
+            "SELECT path, sha256 FROM sources WHERE path IN (SELECT unnest(?::VARCHAR[]))",
+            [sorted({path for path, _ in placed})],
+        ).fetchall()
+    )
+    ids = writer._assign_ids(con, [_names(hashes.get(path, ""), trace) for path, trace in placed])
     rows = writer.Rows()
-    for k, (path, trace) in enumerate(placed):
-        writer._add_trace(rows, path, trace, (0, k), ids, by_source_id)
+    for n, (path, trace) in enumerate(placed):
+        writer._add_trace(rows, path, trace, (n, 0), ids, {})
     for table in writer.SCHEMAS:
         if rows.count(table):
             store.insert_frame(con, table, rows.frame(table))
-    _recount(con, paths)
+    _recount(con, sorted({path for replacement in replacements for path in replacement.paths}))
+
+
+def _names(sha256: str, trace: Trace) -> writer.FileNames:
+    """What a joined trace's ids are made from: its file's hash, for the suffix an id the store
+    already holds takes (`writer.TRACE_ID_SUFFIX`, which later joins take off again); never a
+    part's names (`writer._is_part`), the join having made it whole."""
+    names = writer.names_of(writer.ParsedFile("", "", 0, None, ParseResult(traces=[trace])))
+    return writer.FileNames(sha256, names.traces)
 
 
 def _recount(con: duckdb.DuckDBPyConnection, paths: list[str]) -> None:

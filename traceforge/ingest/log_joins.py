@@ -40,6 +40,7 @@ import networkx as nx
 from traceforge.ingest import api_log, openai_responses
 from traceforge.ingest.joins import (
     JoinReport,
+    Replacement,
     mark_left_apart,
     replace_traces,
     unreadable,
@@ -163,7 +164,7 @@ def _join(con: duckdb.DuckDBPyConnection, replaced: Sequence[str]) -> JoinReport
         traces = _rebuild(family)
         _name(con, family, traces)
         placed = [(_place(trace), trace) for trace in traces]
-        replace_traces(con, family.trace_ids, placed, family.paths)
+        replace_traces(con, [Replacement(family.trace_ids, placed, family.paths)])
         _recount_logged_again(con, family.paths)
         report.joined.extend(t.source_id for t in traces if "source_paths" in t.attributes)
     return report
