@@ -407,7 +407,7 @@ def normalize_id(value: Any, size: int) -> str | None:
 
 
 _LETTERS_AND_DIGITS = re.compile(r"[A-Za-z0-9]+")
-MIN_SPELLING = 8
+_MIN_RUN = 8
 
 
 def trace_id_spellings(trace_id: str) -> list[str] | None:
@@ -423,7 +423,7 @@ def trace_id_spellings(trace_id: str) -> list[str] | None:
         return None
     encoded = base64.b64encode(bytes.fromhex(trace_id)).decode("ascii")
     run = max(_LETTERS_AND_DIGITS.findall(encoded), key=len)
-    return [trace_id, run] if len(run) >= MIN_SPELLING else None
+    return [trace_id, run] if len(run) >= _MIN_RUN else None
 
 
 def nanos_time(value: Any) -> datetime | None:

@@ -167,8 +167,9 @@ def as_id(value: Any) -> str | None:
     return text if text else None
 
 
-# Letters, digits, `_` and `-`, which no JSON writer escapes; eight or more, which no float's text
-# (`1e-05`, `1e+22`, `0.5`) is without a `.` or `+`.
+# Letters, digits, `_` and `-`, which no JSON writer escapes; eight or more, so not a float's text
+# (which JSON may have spelled otherwise): that has a `.` or a `+` (`0.5`, `1e+22`), or is shorter
+# (`1e-05`).
 _VERBATIM_ID = re.compile(r"[A-Za-z0-9_\-]{8,}")
 
 
