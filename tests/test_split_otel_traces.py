@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,10 @@ from traceforge import store
 from traceforge.ingest import joins
 from traceforge.ingest.sources import sha256_file
 from traceforge.ingest.stream import open_records
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import corpus as bench_corpus
+import recut_logs
 
 FIXTURE = Path(__file__).parent / "fixtures" / "otlp" / "otel_genai_current.jsonl"
 SPLIT = "5b8efff798038103d269b633813fc60c"  # spans on both lines of the fixture
@@ -205,3 +211,31 @@ def test_parts_whose_other_file_changed_on_disk_are_joined_when_it_is_ingested_a
     report = ingest(runner, db, a)
     assert report["totals"]["files_changed"] == 1 and report["joined"] == [SPLIT]
     assert content(runner, db) == whole(runner, tmp_path, lines())
+
+
+def test_a_generated_export_cut_into_many_files_is_the_uncut_export(runner, tmp_path, monkeypatch):
+    """The benchmark corpus's OTel export, each trace's spans in two batches, cut into 24 files
+    (`benchmarks/recut_logs.py --otlp`): many traces joined in one transaction; the files wanted
+    for one trace searched for its id, the others parsed whole (`MAX_SPELLINGS` lowered to one
+    id); and still the store of the uncut export."""
+    bench_corpus.generate(tmp_path / "corpus", tool_calls=3000, file_mb=0.5)
+    recut_logs.recut_otlp(tmp_path / "corpus", tmp_path / "cut", files=24)
+    uncut = tmp_path / "uncut"
+    uncut.mkdir()
+    for path in (tmp_path / "corpus").glob("otlp-*.jsonl"):
+        shutil.copy(path, uncut / path.name)
+    searched = []
+
+    def holding(joinable, keys):
+        found = original(joinable, keys)
+        searched.append(found is not None)
+        return found
+
+    original = joins._holding
+    monkeypatch.setattr(joins, "MAX_SPELLINGS", 2)  # one trace's id, in hex and base64
+    monkeypatch.setattr(joins, "_holding", holding)
+    report = ingest(runner, tmp_path / "cut.duckdb", tmp_path / "cut")
+    assert len(report["joined"]) >= 10 and report["left_apart"] == {}
+    assert True in searched and False in searched
+    ingest(runner, tmp_path / "uncut.duckdb", uncut)
+    assert content(runner, tmp_path / "cut.duckdb") == content(runner, tmp_path / "uncut.duckdb")
