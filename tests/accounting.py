@@ -104,6 +104,8 @@ def integrity_problems(con: duckdb.DuckDBPyConnection) -> list[str]:
             problems.append(f"{table}: {twice} {column} values held twice")
     if count("SELECT count(*) - count(DISTINCT (trace_id, seq)) FROM messages"):
         problems.append("messages: a (trace_id, seq) held twice")
+    if count("SELECT count(*) - count(DISTINCT (trace_id, name)) FROM tool_defs"):
+        problems.append("tool_defs: a (trace_id, name) held twice")
     for table in TRACE_CHILD_TABLES:
         orphans = count(f"SELECT count(*) FROM {table} WHERE trace_id NOT IN (SELECT trace_id FROM traces)")
         if orphans:

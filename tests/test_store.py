@@ -9,6 +9,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from accounting import assert_accounting
 
 from traceforge import store
 from traceforge.cli import cli
@@ -221,6 +222,56 @@ def test_store_written_before_resumed_session_marks_upgrades_and_analyses(db_pat
     assert con.execute("SELECT llm_calls, tool_calls FROM v_trace_summary").fetchall() == [(2, 2)]
     assert con.execute("SELECT sum(llm_calls) FROM v_usage_by_workload_model").fetchall() == [(2,)]
     con.close()
+
+
+NULLABLE = "SELECT table_name, column_name, is_nullable FROM information_schema.columns ORDER BY ALL"
+KEYLESS = {
+    "llm_calls": "call_id",
+    "tool_calls": "tool_call_id",
+    "messages": "trace_id, seq",
+    "tool_defs": "trace_id, name",
+}
+
+
+def test_store_written_with_primary_keys_on_the_ingest_tables_upgrades_keeping_rows_and_order(
+    db_path, runner
+):
+    samples = Path(__file__).parents[1] / "sample_traces"
+    first = runner.invoke(cli, ["ingest", str(samples / "openai_chat_gateway.jsonl"), "--db", str(db_path)])
+    assert first.exit_code == 0, first.output
+    con = store.connect(db_path)  # back to the store as migration 10 left it: keys indexed
+    for table, key in KEYLESS.items():
+        con.execute(f"ALTER TABLE {table} ADD PRIMARY KEY ({key})")
+    con.execute("DELETE FROM schema_migrations WHERE version = 11")
+    rows = {table: con.execute(f"SELECT * FROM {table} ORDER BY rowid").fetchall() for table in KEYLESS}
+    con.close()
+    before = duckdb.connect(str(db_path.with_name("v10.duckdb")))
+    store.migrate(before, upto=10)
+    nullable = before.execute(NULLABLE).fetchall()  # what a store made before migration 11 declares
+    before.close()
+
+    later = samples / "anthropic_messages_transcripts.jsonl"
+    result = runner.invoke(cli, ["ingest", str(later), "--db", str(db_path)])
+    assert result.exit_code == 0, result.output
+    con = store.connect(db_path, read_only=True)
+    try:
+        assert store.applied_migrations(con) == sorted(m.version for m in store.MIGRATIONS)
+        for table in KEYLESS:  # the earlier rows first, in their order, then the new file's
+            kept = con.execute(f"SELECT * FROM {table} ORDER BY rowid LIMIT ?", [len(rows[table])]).fetchall()
+            assert kept == rows[table], table
+        assert (
+            con.execute("SELECT count(*) FROM traces WHERE source_path LIKE '%transcripts%'").fetchone()[0]
+            > 0
+        )
+        keys = con.execute(
+            "SELECT table_name FROM duckdb_constraints() WHERE constraint_type = 'PRIMARY KEY'"
+        )
+        keyed = {table for (table,) in keys.fetchall()}
+        assert keyed & set(KEYLESS) == set() and {"traces", "sources"} <= keyed
+        assert con.execute(NULLABLE).fetchall() == nullable  # NOT NULL columns as they were
+        assert_accounting(con)
+    finally:
+        con.close()
 
 
 def test_store_from_a_newer_traceforge_is_refused(db_path):

@@ -458,6 +458,43 @@ MIGRATIONS: list[Migration] = [
         ALTER TABLE llm_calls ADD COLUMN source_line_path TEXT;
         """,
     ),
+    Migration(
+        11,
+        "the largest ingest tables without primary-key indexes (a one-time rebuild of those tables)",
+        """
+        -- DuckDB keeps a primary key as an index it updates on every insert and writes at every
+        -- checkpoint: on llm_calls, tool_calls, messages and tool_defs that cost a fifth of the
+        -- ingest's time. Their keys stay unique without it: the writer checks every batch's ids
+        -- against the store before writing them (ingest.parallel._colliding, ingest.writer).
+        -- traces and sources keep theirs. Each table is rebuilt in its own order (the analyses
+        -- read tables in physical order), its NOT NULL columns as they were.
+        CREATE TABLE _tf_rebuilt AS SELECT * FROM llm_calls;
+        DROP TABLE llm_calls;
+        ALTER TABLE _tf_rebuilt RENAME TO llm_calls;
+        ALTER TABLE llm_calls ALTER COLUMN call_id SET NOT NULL;
+        ALTER TABLE llm_calls ALTER COLUMN trace_id SET NOT NULL;
+        ALTER TABLE llm_calls ALTER COLUMN seq SET NOT NULL;
+        ALTER TABLE llm_calls ALTER COLUMN usage_reported SET NOT NULL;
+        CREATE TABLE _tf_rebuilt AS SELECT * FROM tool_calls;
+        DROP TABLE tool_calls;
+        ALTER TABLE _tf_rebuilt RENAME TO tool_calls;
+        ALTER TABLE tool_calls ALTER COLUMN tool_call_id SET NOT NULL;
+        ALTER TABLE tool_calls ALTER COLUMN trace_id SET NOT NULL;
+        ALTER TABLE tool_calls ALTER COLUMN seq SET NOT NULL;
+        ALTER TABLE tool_calls ALTER COLUMN name SET NOT NULL;
+        CREATE TABLE _tf_rebuilt AS SELECT * FROM messages;
+        DROP TABLE messages;
+        ALTER TABLE _tf_rebuilt RENAME TO messages;
+        ALTER TABLE messages ALTER COLUMN trace_id SET NOT NULL;
+        ALTER TABLE messages ALTER COLUMN seq SET NOT NULL;
+        ALTER TABLE messages ALTER COLUMN role SET NOT NULL;
+        CREATE TABLE _tf_rebuilt AS SELECT * FROM tool_defs;
+        DROP TABLE tool_defs;
+        ALTER TABLE _tf_rebuilt RENAME TO tool_defs;
+        ALTER TABLE tool_defs ALTER COLUMN trace_id SET NOT NULL;
+        ALTER TABLE tool_defs ALTER COLUMN name SET NOT NULL;
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = max(m.version for m in MIGRATIONS)
