@@ -62,6 +62,8 @@ PASTED_INTO_SQL = {
     ("analysis/prefix_cache.py", "where"): "TraceBatch.within: a row-id range (values bound), c.copy_of",
     ("ingest/copies.py", "table"): "a loop over the dependency analysis's table names",
     ("store.py", "table"): "insert_frame's table: writer.SCHEMAS and the analysis tables, named by callers",
+    ("store.py", "column"): "migration 11's NOT NULL columns, written in the code",
+    ("store.py", "keep"): "migration 11's ALTER statements, built from names written in the code",
     ("ingest/writer.py", "table"): "a loop over writer.SCHEMAS / TRACE_TABLES / _PATH_COLUMNS",
     ("ingest/writer.py", "column"): "an id column named by the writer, or one of _PATH_COLUMNS",
     ("ingest/writer.py", "_OWN_TRACES"): "a subquery written in the code (its path is bound)",

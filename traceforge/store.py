@@ -37,6 +37,16 @@ class Migration:
     sql: str
 
 
+def _without_primary_key(table: str, not_null: list[str]) -> str:
+    """SQL rebuilding `table` without its primary key: its rows in their order, `not_null` kept."""
+    keep = "".join(f"ALTER TABLE {table} ALTER COLUMN {column} SET NOT NULL;\n" for column in not_null)
+    return (
+        f"CREATE TABLE _tf_rebuilt AS SELECT * FROM {table};\n"
+        f"DROP TABLE {table};\n"
+        f"ALTER TABLE _tf_rebuilt RENAME TO {table};\n{keep}"
+    )
+
+
 MIGRATIONS: list[Migration] = [
     Migration(
         1,
@@ -468,32 +478,11 @@ MIGRATIONS: list[Migration] = [
         -- against the store before writing them (ingest.parallel._colliding, ingest.writer).
         -- traces and sources keep theirs. Each table is rebuilt in its own order (the analyses
         -- read tables in physical order), its NOT NULL columns as they were.
-        CREATE TABLE _tf_rebuilt AS SELECT * FROM llm_calls;
-        DROP TABLE llm_calls;
-        ALTER TABLE _tf_rebuilt RENAME TO llm_calls;
-        ALTER TABLE llm_calls ALTER COLUMN call_id SET NOT NULL;
-        ALTER TABLE llm_calls ALTER COLUMN trace_id SET NOT NULL;
-        ALTER TABLE llm_calls ALTER COLUMN seq SET NOT NULL;
-        ALTER TABLE llm_calls ALTER COLUMN usage_reported SET NOT NULL;
-        CREATE TABLE _tf_rebuilt AS SELECT * FROM tool_calls;
-        DROP TABLE tool_calls;
-        ALTER TABLE _tf_rebuilt RENAME TO tool_calls;
-        ALTER TABLE tool_calls ALTER COLUMN tool_call_id SET NOT NULL;
-        ALTER TABLE tool_calls ALTER COLUMN trace_id SET NOT NULL;
-        ALTER TABLE tool_calls ALTER COLUMN seq SET NOT NULL;
-        ALTER TABLE tool_calls ALTER COLUMN name SET NOT NULL;
-        CREATE TABLE _tf_rebuilt AS SELECT * FROM messages;
-        DROP TABLE messages;
-        ALTER TABLE _tf_rebuilt RENAME TO messages;
-        ALTER TABLE messages ALTER COLUMN trace_id SET NOT NULL;
-        ALTER TABLE messages ALTER COLUMN seq SET NOT NULL;
-        ALTER TABLE messages ALTER COLUMN role SET NOT NULL;
-        CREATE TABLE _tf_rebuilt AS SELECT * FROM tool_defs;
-        DROP TABLE tool_defs;
-        ALTER TABLE _tf_rebuilt RENAME TO tool_defs;
-        ALTER TABLE tool_defs ALTER COLUMN trace_id SET NOT NULL;
-        ALTER TABLE tool_defs ALTER COLUMN name SET NOT NULL;
-        """,
+"""
+        + _without_primary_key("llm_calls", ["call_id", "trace_id", "seq", "usage_reported"])
+        + _without_primary_key("tool_calls", ["tool_call_id", "trace_id", "seq", "name"])
+        + _without_primary_key("messages", ["trace_id", "seq", "role"])
+        + _without_primary_key("tool_defs", ["trace_id", "name"]),
     ),
 ]
 
