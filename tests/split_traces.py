@@ -8,6 +8,8 @@ from pathlib import Path
 
 from traceforge import store
 from traceforge.cli import cli
+from traceforge.ingest import joins
+from traceforge.ingest.stream import open_records
 
 # Everything a trace is made of, without where it was read from.
 CONTENT = {
@@ -71,3 +73,16 @@ def whole(runner, folder: Path, lines: list[str]) -> dict[str, list[tuple]]:
     db = folder / "whole.duckdb"
     ingest(runner, db, write(folder / "whole" / "export.jsonl", "".join(lines)))
     return content(runner, db)
+
+
+def lines_read_again(monkeypatch) -> list[int]:
+    """The lines `ingest.joins` parses again from now on (of every file it reads again)."""
+    read_again: list[int] = []
+
+    def counted(*args, **kwargs):
+        opened = open_records(*args, **kwargs)
+        opened.records = (read_again.append(record.line) or record for record in opened.records)
+        return opened
+
+    monkeypatch.setattr(joins, "open_records", counted)
+    return read_again

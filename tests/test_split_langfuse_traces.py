@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from accounting import assert_accounting
-from split_traces import content, ingest, query, run, where_from, whole, write
+from split_traces import content, ingest, lines_read_again, query, run, where_from, whole, write
 
 from traceforge import store
 from traceforge.ingest.sources import sha256_file
@@ -59,6 +59,17 @@ def test_observations_over_two_files_ingested_together_are_the_trace_of_the_whol
     assert sources[SUPPORT] == (str(late), None)  # whole in one file: not a joined trace
     output = run(runner, "ingest", str(tmp_path / "export"), "--db", str(db))
     assert "Nothing new" in output and "Joined" not in output
+
+
+def test_only_the_lines_holding_a_split_trace_are_read_again(runner, tmp_path, monkeypatch):
+    rows = observations()
+    write(tmp_path / "export" / "2025-10-10T09.jsonl", "".join(rows[:6]))
+    write(tmp_path / "export" / "2025-10-10T10.jsonl", "".join(rows[6:]))
+    read_again = lines_read_again(monkeypatch)
+    assert ingest(runner, tmp_path / "store.duckdb", tmp_path / "export")["joined"] == [WEATHER]
+    holding = [n for n, row in enumerate(rows, start=1) if WEATHER in row]
+    assert len(holding) < len(rows)
+    assert sorted(read_again) == sorted(n if n <= 6 else n - 6 for n in holding)
 
 
 @pytest.mark.parametrize("trace_id", ["commande-été-42", "orders/42/weather", "wx-1"])

@@ -15,12 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from split_traces import content, ingest, run, where_from, whole, write
+from split_traces import content, ingest, lines_read_again, run, where_from, whole, write
 
 from traceforge import store
 from traceforge.ingest import joins
 from traceforge.ingest.sources import sha256_file
-from traceforge.ingest.stream import open_records
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import corpus as bench_corpus
@@ -117,14 +116,7 @@ def ingest_counting_lines_read_again(
     first = lines()[0]
     write(folder / "logs" / "traces-1.jsonl", first + relabelled(first, "c" * 32, "c"))
     write(folder / "logs" / "traces.jsonl", relabelled(first, "d" * 32, "d") + second)
-    read_again = []
-
-    def counted(*args, **kwargs):
-        opened = open_records(*args, **kwargs)
-        opened.records = (read_again.append(record.line) or record for record in opened.records)
-        return opened
-
-    monkeypatch.setattr(joins, "open_records", counted)
+    read_again = lines_read_again(monkeypatch)
     db = folder / "store.duckdb"
     report = ingest(runner, db, folder / "logs")
     assert report["joined"] == [SPLIT] and report["left_apart"] == {}
