@@ -4,6 +4,7 @@ full analyses at scale, peak memory, and the growth curve, all measured in one r
     python benchmarks/run.py --quick          # under a minute
     python benchmarks/run.py                  # the full run (1M tool calls; about 15 minutes on 2 cores)
     python benchmarks/run.py --json out.json  # also write every measurement as JSON
+    python benchmarks/run.py --rounds 5       # each 1x loader measured 5 times (default 3)
 
 Every measurement runs in a child process of its own (`run.py --task ...`): the child reports its
 wall time, its CPU time and its workers' (os.times) and its own peak RSS (getrusage); the runner
@@ -13,7 +14,8 @@ whose peak is the "peak RSS" printed, beside the main process's own. Corpora are
 
 Every time includes closing the database, which may write to it what it held.
 
-What is compared, on the same files in the same run:
+What is compared, on the same files in the same run, in rounds (`--rounds`, 3 by default: each
+loader once per round; the medians, their ranges and the median of the rounds' ratios printed):
 - `read_json`: DuckDB's own reader, `CREATE TABLE raw AS SELECT * FROM read_json([...],
   union_by_name = true)` into a fresh database file: the floor, since traceforge's store is a file
   too (the same into an in-memory database is shown beside it).
@@ -308,7 +310,47 @@ def _rss(result: dict) -> str:
     return f"{main:,.0f}" if tree is None else f"{tree:,.0f} ({main:,.0f} main)"
 
 
-def run(mode: str, json_path: str | None, workers: int | None) -> dict[str, Any]:
+LOADERS = (  # (name, task, database file or ":memory:")
+    ("ingest", "ingest", "ingest.duckdb"),
+    ("read_json", "read_json", "read_json.duckdb"),
+    ("read_json_memory", "read_json", ":memory:"),
+    ("plain", "plain", "plain.duckdb"),
+)
+
+
+def compare_loaders(folder: Path, scratch: Path, rounds: int, workers: int | None) -> dict[str, Any]:
+    """Every loader on the same files, `rounds` times, one loader after another in each round.
+
+    A single measurement of each is at the mercy of the machine's moment (the first measurement of
+    a run has come out slow, and a shared VM's neighbours come and go): each loader's figure is
+    its median round by wall time (the lower of the middle two for an even count), with the range
+    beside it, and each ratio is traceforge's time over the other loader's within the same round,
+    of which the median is reported.
+    Returns {loader: median result, "range": {loader: (min s, max s)}, "ratio": {loader: (median,
+    (min, max))}, "rounds": every result}."""
+    measured: dict[str, list[dict[str, Any]]] = {name: [] for name, *_ in LOADERS}
+    for number in range(rounds):
+        for name, task, db in LOADERS:
+            target = db if db == ":memory:" else scratch / db
+            result = measure(task, folder, target, workers if task == "ingest" else None)
+            result["loader"], result["round"] = name, number + 1
+            measured[name].append(result)
+    every = [result for results in measured.values() for result in results]
+    summary: dict[str, Any] = {"range": {}, "ratio": {}, "rounds": every}
+    for name, results in measured.items():
+        by_time = sorted(results, key=lambda r: r["seconds"])
+        summary[name] = by_time[(len(by_time) - 1) // 2]
+        summary["range"][name] = (by_time[0]["seconds"], by_time[-1]["seconds"])
+        if name != "ingest":
+            ratios = sorted(
+                ours["seconds"] / theirs["seconds"]
+                for ours, theirs in zip(measured["ingest"], results, strict=True)
+            )
+            summary["ratio"][name] = (ratios[(len(ratios) - 1) // 2], (ratios[0], ratios[-1]))
+    return summary
+
+
+def run(mode: str, json_path: str | None, workers: int | None, rounds: int = 3) -> dict[str, Any]:
     from rich.console import Console
     from rich.table import Table
 
@@ -320,7 +362,7 @@ def run(mode: str, json_path: str | None, workers: int | None) -> dict[str, Any]
     # Every traceforge run uses the same number of parsing workers (by default one per CPU), so the
     # growth curve is not bent by small inputs being parsed in-process.
     workers = workers or info["workers"]
-    results: dict[str, Any] = {"mode": mode, "machine": info, "measurements": []}
+    results: dict[str, Any] = {"mode": mode, "rounds": rounds, "machine": info, "measurements": []}
 
     def note(result: dict) -> dict:
         results["measurements"].append(result)
@@ -338,39 +380,46 @@ def run(mode: str, json_path: str | None, workers: int | None) -> dict[str, Any]
         folder, manifest = corpus_for(f"growth-{factor}x-{mode}", "mixed", sizes["growth"] * factor, None)
         console.print(f"  growth {factor}x: {_mb(manifest):,.0f} MB")
         entry = {"factor": factor, "manifest": manifest, "folder": folder}
-        entry["ingest"] = note(measure("ingest", folder, scratch / "ingest.duckdb", workers))
-        entry["analyze"] = note(measure("analyze", folder, scratch / "analyze.duckdb", workers))
         if factor == 1:
-            entry["read_json"] = note(measure("read_json", folder, scratch / "read_json.duckdb"))
-            entry["read_json_memory"] = note(measure("read_json", folder, ":memory:"))
-            entry["plain"] = note(measure("plain", folder, scratch / "plain.duckdb"))
+            loaders = compare_loaders(folder, scratch, rounds, workers)
+            for result in loaders["rounds"]:
+                note(result)
+            entry["loaders"] = loaders
+            entry["ingest"] = loaders["ingest"]
+        else:
+            entry["ingest"] = note(measure("ingest", folder, scratch / "ingest.duckdb", workers))
+        entry["analyze"] = note(measure("analyze", folder, scratch / "analyze.duckdb", workers))
         growth.append(entry)
     base = growth[0]
+    loaders = base["loaders"]
 
     table = Table(
         title=f"Ingest, {_mb(base['manifest']):,.0f} MB ({base['manifest']['totals']['tool_calls']:,} "
-        "tool calls), same files, same run"
+        f"tool calls), same files, {rounds} round{'s' if rounds > 1 else ''}: medians, ranges, "
+        "and the median of the rounds' ratios"
     )
-    for column in ("loader", "wall s", "CPU s", "cores", "peak RSS MB", "traceforge is"):
+    for column in ("loader", "wall s", "range s", "CPU s", "cores", "peak RSS MB", "traceforge is"):
         table.add_column(column, justify="right" if column != "loader" else "left")
-    ours = base["ingest"]
-    for label, result in (
-        ("DuckDB read_json into a file (floor)", base["read_json"]),
-        ("DuckDB read_json in memory", base["read_json_memory"]),
-        ("plain Python loader", base["plain"]),
-        ("traceforge ingest", ours),
+    for label, loader in (
+        ("DuckDB read_json into a file (floor)", "read_json"),
+        ("DuckDB read_json in memory", "read_json_memory"),
+        ("plain Python loader", "plain"),
+        ("traceforge ingest", "ingest"),
     ):
-        if result is ours:
+        result, (low, high) = loaders[loader], loaders["range"][loader]
+        ratio, (ratio_low, ratio_high) = loaders["ratio"].get(loader, (None, (None, None)))
+        if ratio is None:
             relation = "—"
         elif label.startswith("DuckDB"):
-            relation = f"{ours['seconds'] / result['seconds']:.2f}x its time"
-        elif result["seconds"] >= ours["seconds"]:
-            relation = f"{result['seconds'] / ours['seconds']:.2f}x faster"
+            relation = f"{ratio:.2f}x its time ({ratio_low:.2f}-{ratio_high:.2f})"
+        elif ratio <= 1:
+            relation = f"{1 / ratio:.2f}x faster ({1 / ratio_high:.2f}-{1 / ratio_low:.2f})"
         else:
-            relation = f"{ours['seconds'] / result['seconds']:.2f}x slower"
+            relation = f"{ratio:.2f}x slower ({ratio_low:.2f}-{ratio_high:.2f})"
         table.add_row(
             label,
             f"{result['seconds']:.1f}",
+            f"{low:.1f}-{high:.1f}",
             f"{result['cpu_self'] + result['cpu_workers']:.1f}",
             f"{_cores(result):.2f}",
             _rss(result),
@@ -447,14 +496,22 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small corpora: under a minute")
     parser.add_argument("--json", help="also write every measurement to this JSON file")
     parser.add_argument("--workers", type=int, help="parsing workers (default: one per CPU)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="times each loader is measured on the 1x corpus (medians and ranges are printed)",
+    )
     parser.add_argument("--task", choices=("read_json", "plain", "ingest", "analyze"), help=argparse.SUPPRESS)
     parser.add_argument("--corpus", help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be 1 or more")
     if args.task:
         run_task(args)
     else:
-        run("quick" if args.quick else "full", args.json, args.workers)
+        run("quick" if args.quick else "full", args.json, args.workers, args.rounds)
 
 
 if __name__ == "__main__":

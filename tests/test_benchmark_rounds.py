@@ -1,0 +1,43 @@
+"""The benchmark's loader comparison (`benchmarks/run.py`): every loader measured once per round on
+the same files, each figure a median round, and each ratio taken within a round."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import run as bench
+
+
+def test_each_loader_is_measured_once_per_round_and_ratios_are_taken_within_a_round(tmp_path):
+    folder = tmp_path / "corpus"
+    bench.corpus_module.generate(folder, tool_calls=40, traces=None, shape="mixed")
+    written = json.loads((folder / bench.corpus_module.MANIFEST).read_text())["totals"]
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+
+    summary = bench.compare_loaders(folder, scratch, rounds=3, workers=1)
+
+    by_loader: dict[str, list[dict]] = {}
+    for result in summary["rounds"]:
+        by_loader.setdefault(result["loader"], []).append(result)
+    assert sorted(by_loader) == sorted(name for name, *_ in bench.LOADERS)
+    for name, results in by_loader.items():
+        assert [r["round"] for r in results] == [1, 2, 3]
+        times = sorted(r["seconds"] for r in results)
+        assert summary[name]["seconds"] == times[1]  # the median round, not the first or the fastest
+        assert summary["range"][name] == (times[0], times[2])
+    assert all(r["tool_calls"] == written["tool_calls"] > 0 for r in by_loader["ingest"])
+    assert all(r["rows"] > 0 for r in by_loader["plain"] + by_loader["read_json"])
+
+    for name in ("read_json", "read_json_memory", "plain"):
+        ratios = sorted(
+            ours["seconds"] / theirs["seconds"]
+            for ours, theirs in zip(by_loader["ingest"], by_loader[name], strict=True)
+        )
+        assert summary["ratio"][name] == (ratios[1], (ratios[0], ratios[2]))
+    assert "ingest" not in summary["ratio"]
+    assert not list(scratch.iterdir())  # every measurement's database removed after it
