@@ -356,8 +356,7 @@ def _names(sha256: str, trace: Trace) -> writer.FileNames:
     """What a joined trace's ids are made from: its file's hash, for the suffix an id the store
     already holds takes (`writer.TRACE_ID_SUFFIX`, which later joins take off again); never a
     part's names (`writer._is_part`), the join having made it whole."""
-    names = writer.names_of(writer.ParsedFile("", "", 0, None, ParseResult(traces=[trace])))
-    return writer.FileNames(sha256, names.traces)
+    return writer.FileNames(sha256, [writer.trace_names(trace, whole=True)])
 
 
 def _recount(con: duckdb.DuckDBPyConnection, paths: list[str]) -> None:

@@ -271,18 +271,19 @@ class FileNames:
 
 def names_of(parsed: ParsedFile) -> FileNames:
     """The names `_assign_ids` makes `parsed`'s ids from."""
-    return FileNames(
-        parsed.sha256,
-        [
-            TraceNames(
-                t.source_id,
-                t.parent_source_id,
-                bool(parsed.sha256) and _is_part(t),
-                [call.source_id for call in t.llm_calls],
-                [(call.local_id, bool(call.source_id), call.call_index is None) for call in t.tool_calls],
-            )
-            for t in parsed.result.traces
-        ],
+    return FileNames(parsed.sha256, [trace_names(t, whole=not parsed.sha256) for t in parsed.result.traces])
+
+
+def trace_names(trace: Trace, whole: bool) -> TraceNames:
+    """What `_assign_ids` makes one trace's ids from; `whole` when it cannot be a part of a
+    conversation another file continues (`_is_part`): a trace a join has made whole, or one of a
+    file without a hash to name its parts after."""
+    return TraceNames(
+        trace.source_id,
+        trace.parent_source_id,
+        not whole and _is_part(trace),
+        [call.source_id for call in trace.llm_calls],
+        [(call.local_id, bool(call.source_id), call.call_index is None) for call in trace.tool_calls],
     )
 
 
