@@ -40,12 +40,16 @@ def logs(tmp_path_factory) -> Path:
 
 def test_duckdb_s_cache_is_capped_unless_told_otherwise(monkeypatch, tmp_path):
     monkeypatch.delenv("TRACEFORGE_MEMORY_LIMIT", raising=False)
+    monkeypatch.delenv("TRACEFORGE_CHECKPOINT_THRESHOLD", raising=False)
     con = store.connect(tmp_path / "a.duckdb")
     try:
-        (limit,) = con.execute("SELECT current_setting('memory_limit')").fetchone()
+        limit, threshold = con.execute(
+            "SELECT current_setting('memory_limit'), current_setting('checkpoint_threshold')"
+        ).fetchone()
     finally:
         con.close()
     assert limit == "488.2 MiB"  # 512MB, as DuckDB prints it; its own default is 80% of RAM
+    assert threshold == "244.1 MiB"  # 256MB; DuckDB's own is 16 MB
     con = store.connect(tmp_path / "a.duckdb", settings={"memory_limit": "2GB"})
     try:
         assert con.execute("SELECT current_setting('memory_limit')").fetchone()[0] == "1.8 GiB"
@@ -57,15 +61,17 @@ def test_duckdb_settings_come_from_the_environment_and_bad_ones_are_named(monkey
     monkeypatch.setenv("TRACEFORGE_MEMORY_LIMIT", "300MB")
     monkeypatch.setenv("TRACEFORGE_THREADS", "1")
     monkeypatch.setenv("TRACEFORGE_TEMP_DIRECTORY", str(tmp_path / "spill"))
+    monkeypatch.setenv("TRACEFORGE_CHECKPOINT_THRESHOLD", "16MB")
     con = store.connect(tmp_path / "a.duckdb")
     try:
-        limit, threads, temp = con.execute(
+        limit, threads, temp, threshold = con.execute(
             "SELECT current_setting('memory_limit'), current_setting('threads'), "
-            "current_setting('temp_directory')"
+            "current_setting('temp_directory'), current_setting('checkpoint_threshold')"
         ).fetchone()
     finally:
         con.close()
     assert limit.startswith("286") and threads == 1 and temp == str(tmp_path / "spill")
+    assert threshold == "15.2 MiB"
     monkeypatch.setenv("TRACEFORGE_MEMORY_LIMIT", "lots")
     with pytest.raises(store.StoreError, match=r"memory_limit='lots'.*TRACEFORGE_MEMORY_LIMIT"):
         store.connect(tmp_path / "b.duckdb")
