@@ -2,7 +2,7 @@
 full analyses at scale, peak memory, and the growth curve, all measured in one run.
 
     python benchmarks/run.py --quick          # under a minute
-    python benchmarks/run.py                  # the full run (1M tool calls; about 15 minutes on 2 cores)
+    python benchmarks/run.py                  # the full run (1M tool calls; about 18 minutes on 2 cores)
     python benchmarks/run.py --json out.json  # also write every measurement as JSON
     python benchmarks/run.py --rounds 5       # each 1x loader measured 5 times (default 3)
 
