@@ -350,6 +350,18 @@ def compare_loaders(folder: Path, scratch: Path, rounds: int, workers: int | Non
     return summary
 
 
+def relation_to(ratio: tuple[float, tuple[float, float]], floor: bool) -> str:
+    """How traceforge compares with another loader, from `compare_loaders`' ratio of traceforge's
+    time to the loader's (median, (min, max)): a multiple of a floor's time, else how many times
+    faster (the range inverted with it) or slower."""
+    median, (low, high) = ratio
+    if floor:
+        return f"{median:.2f}x its time ({low:.2f}-{high:.2f})"
+    if median <= 1:
+        return f"{1 / median:.2f}x faster ({1 / high:.2f}-{1 / low:.2f})"
+    return f"{median:.2f}x slower ({low:.2f}-{high:.2f})"
+
+
 def run(mode: str, json_path: str | None, workers: int | None, rounds: int = 3) -> dict[str, Any]:
     from rich.console import Console
     from rich.table import Table
@@ -407,15 +419,8 @@ def run(mode: str, json_path: str | None, workers: int | None, rounds: int = 3) 
         ("traceforge ingest", "ingest"),
     ):
         result, (low, high) = loaders[loader], loaders["range"][loader]
-        ratio, (ratio_low, ratio_high) = loaders["ratio"].get(loader, (None, (None, None)))
-        if ratio is None:
-            relation = "—"
-        elif label.startswith("DuckDB"):
-            relation = f"{ratio:.2f}x its time ({ratio_low:.2f}-{ratio_high:.2f})"
-        elif ratio <= 1:
-            relation = f"{1 / ratio:.2f}x faster ({1 / ratio_high:.2f}-{1 / ratio_low:.2f})"
-        else:
-            relation = f"{ratio:.2f}x slower ({ratio_low:.2f}-{ratio_high:.2f})"
+        ratio = loaders["ratio"].get(loader)
+        relation = "—" if ratio is None else relation_to(ratio, floor=label.startswith("DuckDB"))
         table.add_row(
             label,
             f"{result['seconds']:.1f}",

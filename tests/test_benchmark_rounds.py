@@ -41,3 +41,10 @@ def test_each_loader_is_measured_once_per_round_and_ratios_are_taken_within_a_ro
         assert summary["ratio"][name] == (ratios[1], (ratios[0], ratios[2]))
     assert "ingest" not in summary["ratio"]
     assert not list(scratch.iterdir())  # every measurement's database removed after it
+
+
+def test_the_printed_relation_inverts_a_faster_ratio_and_its_range():
+    # traceforge took 0.40 of the plain loader's time in the median round, 0.38-0.50 in the others
+    assert bench.relation_to((0.40, (0.38, 0.50)), floor=False) == "2.50x faster (2.00-2.63)"
+    assert bench.relation_to((1.25, (1.10, 1.40)), floor=False) == "1.25x slower (1.10-1.40)"
+    assert bench.relation_to((2.33, (2.15, 2.55)), floor=True) == "2.33x its time (2.15-2.55)"

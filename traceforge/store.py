@@ -511,7 +511,7 @@ SETTINGS_FROM_ENV = {
 # batch of rows to each table's last, partly filled row group, so at every checkpoint that group
 # (up to 122,880 messages: hundreds of MB) was written again, and the more often the more of it.
 # With 256 MB the ingest checkpoints every few write batches instead of every other one: on the
-# 1M-call corpus the main process spent 13% less CPU and peaked 300 MB lower (docs/performance.md).
+# 1M-call corpus its main process spent 13-23% less CPU, in 7-14% less time (docs/performance.md).
 DEFAULT_SETTINGS = {"memory_limit": "512MB", "checkpoint_threshold": "256MB"}
 
 
