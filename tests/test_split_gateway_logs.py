@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from accounting import assert_accounting
-from split_traces import CONTENT, ingest, query, run, write
+from split_traces import CONTENT, READ_FROM, ingest, query, rows_of, run, write
 
 import traceforge.ingest
 from traceforge import store
@@ -37,7 +37,7 @@ OPENAI = SAMPLES / "openai_chat_gateway.jsonl"
 ANTHROPIC = SAMPLES / "anthropic_messages_gateway.jsonl.gz"
 RESPONSES = Path(__file__).parent / "fixtures" / "openai_responses" / "gateway.jsonl"
 # A branch's line is in the file of the call it branched from.
-BRANCH_LINE_REMOVED = "json_remove(attributes, '$.branched_from_line')"
+UNCOMPARED = (*READ_FROM, "branched_from_line")
 # Where a trace's calls came from, which only the split stores say.
 WHERE = {"llm_calls": "SELECT * EXCLUDE (source_line, source_line_path) FROM llm_calls"}
 
@@ -57,8 +57,8 @@ def content(runner, db: Path) -> dict[str, list[tuple]]:
         names = dict(con.execute("SELECT trace_id, call_id FROM llm_calls WHERE seq = 0").fetchall())
         tables = {}
         for table, sql in {**CONTENT, **WHERE}.items():
-            sql = sql.replace("json_remove(attributes, ", f"json_remove({BRANCH_LINE_REMOVED}, ")
-            tables[table] = sorted((_renamed(row, names) for row in con.execute(sql).fetchall()), key=repr)
+            rows = rows_of(con, table, sql, UNCOMPARED)
+            tables[table] = sorted((_renamed(row, names) for row in rows), key=repr)
         return tables
     finally:
         con.close()
