@@ -278,7 +278,7 @@ def _write_workloads(con: duckdb.DuckDBPyConnection, key: str) -> None:
             f"""
             INSERT INTO workloads BY NAME
             WITH calls AS (
-                SELECT w.workload, c.trace_id, c.usage_reported, c.output_tokens_partial,
+                SELECT w.workload, c.call_id, c.trace_id, c.usage_reported, c.output_tokens_partial,
                        c.input_tokens, c.cache_read_tokens, c.cache_write_tokens,
                        c.output_tokens, c.reasoning_tokens, c.cost_usd AS cost_reported,
                        CASE WHEN c.cost_usd IS NULL AND c.usage_reported AND p.model IS NOT NULL THEN
@@ -311,9 +311,12 @@ def _write_workloads(con: duckdb.DuckDBPyConnection, key: str) -> None:
                        coalesce(sum(c.cache_write_tokens), 0) AS cache_write_tokens,
                        coalesce(sum(c.output_tokens), 0) AS output_tokens,
                        coalesce(sum(c.reasoning_tokens), 0) AS reasoning_tokens,
-                       coalesce(sum(c.cost_reported), 0) AS cost_reported_usd,
-                       coalesce(sum(c.cost_priced), 0) AS cost_priced_usd,
-                       coalesce(sum(c.cost_estimated), 0) AS cost_estimated_usd,
+                       -- summed in one order: DuckDB adds up a DOUBLE column in the order its
+                       -- threads finish, so a rerun's costs (and all derived from them, the
+                       -- power law's fit included) could differ in the last digits
+                       coalesce(sum(c.cost_reported ORDER BY c.call_id), 0) AS cost_reported_usd,
+                       coalesce(sum(c.cost_priced ORDER BY c.call_id), 0) AS cost_priced_usd,
+                       coalesce(sum(c.cost_estimated ORDER BY c.call_id), 0) AS cost_estimated_usd,
                        count(*) FILTER (WHERE c.unpriced) AS unpriced_calls,
                        count(*) FILTER (WHERE NOT c.usage_reported) AS calls_without_usage,
                        count(*) FILTER (WHERE c.output_tokens_partial) AS calls_output_partial
