@@ -231,7 +231,10 @@ def test_a_lake_written_before_a_column_existed_is_analysed_with_it_empty(runner
 
 
 def test_the_analysis_runs_on_a_local_ray_instance(analysed_store, tmp_path):
-    ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install 'traceforge[ray]'")
+    ray = pytest.importorskip(
+        "ray",
+        reason="Ray is not installed (the test extra has it on Python < 3.15): pip install 'traceforge[ray]'",
+    )
     from traceforge.lake_ray import analyze_lake_on_ray
 
     out = tmp_path / "lake"
