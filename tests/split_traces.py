@@ -11,10 +11,11 @@ from traceforge.cli import cli
 from traceforge.ingest import joins
 from traceforge.ingest.stream import open_records
 
-# Everything a trace is made of, without where it was read from (`READ_FROM`, taken out of the
-# traces' attributes by `without_keys`).
+# Everything a trace is made of, without where it was read from. A merge patch's null takes a key
+# out (json_remove would too, but DuckDB 1.5, pyproject's lower bound, does not have it).
 CONTENT = {
-    "traces": "SELECT trace_id, started_at, ended_at, outcome, workload, agent, attributes FROM traces",
+    "traces": "SELECT trace_id, started_at, ended_at, outcome, workload, agent, "
+    "json_merge_patch(attributes, '{\"source_paths\": null}') FROM traces",
     "llm_calls": "SELECT * EXCLUDE (source_line) FROM llm_calls",
     "tool_calls": "SELECT * FROM tool_calls",
     "messages": "SELECT * FROM messages",
@@ -22,25 +23,6 @@ CONTENT = {
     "trace_dag": "SELECT * EXCLUDE (settings) FROM trace_dag",
     "tool_deps": "SELECT * FROM tool_deps",
 }
-
-
-READ_FROM = ("source_paths",)
-
-
-def without_keys(row: tuple, keys: tuple[str, ...]) -> tuple:
-    """A traces row of CONTENT with `keys` taken out of its attributes (its last column). In Python,
-    not with DuckDB's json_remove, which DuckDB 1.5 (pyproject's lower bound) does not have."""
-    *rest, attributes = row
-    value = json.loads(attributes) if attributes is not None else None
-    if isinstance(value, dict):
-        value = {key: item for key, item in value.items() if key not in keys}
-    return (*rest, json.dumps(value, sort_keys=True))
-
-
-def rows_of(con, table: str, sql: str, keys: tuple[str, ...] = READ_FROM) -> list[tuple]:
-    """The rows of one CONTENT query, the traces' attributes without `keys`."""
-    rows = con.execute(sql).fetchall()
-    return [without_keys(row, keys) for row in rows] if table == "traces" else rows
 
 
 def write(path: Path, text: str) -> Path:
@@ -63,7 +45,7 @@ def content(runner, db: Path) -> dict[str, list[tuple]]:
     run(runner, "deps", "--db", str(db))
     con = store.connect(db)
     try:
-        return {table: sorted(rows_of(con, table, sql), key=repr) for table, sql in CONTENT.items()}
+        return {table: sorted(con.execute(sql).fetchall(), key=repr) for table, sql in CONTENT.items()}
     finally:
         con.close()
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from accounting import assert_accounting
-from split_traces import CONTENT, READ_FROM, ingest, query, rows_of, run, write
+from split_traces import CONTENT, ingest, query, run, write
 
 import traceforge.ingest
 from traceforge import store
@@ -36,8 +36,8 @@ SAMPLES = Path(__file__).parent.parent / "sample_traces"
 OPENAI = SAMPLES / "openai_chat_gateway.jsonl"
 ANTHROPIC = SAMPLES / "anthropic_messages_gateway.jsonl.gz"
 RESPONSES = Path(__file__).parent / "fixtures" / "openai_responses" / "gateway.jsonl"
-# A branch's line is in the file of the call it branched from.
-UNCOMPARED = (*READ_FROM, "branched_from_line")
+# A branch's line is in the file of the call it branched from: left out of the comparison too.
+SOURCE_PATHS_OUT = '"source_paths": null'  # in CONTENT's merge patch
 # Where a trace's calls came from, which only the split stores say.
 WHERE = {"llm_calls": "SELECT * EXCLUDE (source_line, source_line_path) FROM llm_calls"}
 
@@ -57,8 +57,8 @@ def content(runner, db: Path) -> dict[str, list[tuple]]:
         names = dict(con.execute("SELECT trace_id, call_id FROM llm_calls WHERE seq = 0").fetchall())
         tables = {}
         for table, sql in {**CONTENT, **WHERE}.items():
-            rows = rows_of(con, table, sql, UNCOMPARED)
-            tables[table] = sorted((_renamed(row, names) for row in rows), key=repr)
+            sql = sql.replace(SOURCE_PATHS_OUT, SOURCE_PATHS_OUT + ', "branched_from_line": null')
+            tables[table] = sorted((_renamed(row, names) for row in con.execute(sql).fetchall()), key=repr)
         return tables
     finally:
         con.close()
