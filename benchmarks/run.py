@@ -310,8 +310,9 @@ def _rss(result: dict) -> str:
     return f"{main:,.0f}" if tree is None else f"{tree:,.0f} ({main:,.0f} main)"
 
 
+INGEST_DB = "ingest.duckdb"  # the store traceforge's ingest writes, in the loaders' rounds and alone
 LOADERS = (  # (name, task, database file or ":memory:")
-    ("ingest", "ingest", "ingest.duckdb"),
+    ("ingest", "ingest", INGEST_DB),
     ("read_json", "read_json", "read_json.duckdb"),
     ("read_json_memory", "read_json", ":memory:"),
     ("plain", "plain", "plain.duckdb"),
@@ -399,7 +400,7 @@ def run(mode: str, json_path: str | None, workers: int | None, rounds: int = 3) 
             entry["loaders"] = loaders
             entry["ingest"] = loaders["ingest"]
         else:
-            entry["ingest"] = note(measure("ingest", folder, scratch / "ingest.duckdb", workers))
+            entry["ingest"] = note(measure("ingest", folder, scratch / INGEST_DB, workers))
         entry["analyze"] = note(measure("analyze", folder, scratch / "analyze.duckdb", workers))
         growth.append(entry)
     base = growth[0]
