@@ -6,6 +6,7 @@ never taken from the adapter."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 from collections import Counter
@@ -15,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from traceforge import store
-from traceforge.analysis.prefix_cache import estimate_tokens
-from traceforge.analysis.workloads import compute_workloads
+from traceforge.analysis.prefix_cache import estimate_tokens, load_requests
+from traceforge.analysis.workloads import assign_workloads, compute_workloads
 from traceforge.cli import cli
 from traceforge.ingest import anthropic_messages, claude_code, openai_chat
 from traceforge.ingest.sources import Record
@@ -547,6 +548,76 @@ def test_bad_lines_are_rejected_with_their_line_and_the_rest_kept(runner, db_pat
 
 def record(value: dict) -> Record:
     return Record(1, value, json.dumps(value))
+
+
+def _compacted_requests(db_path: Path, session: str, block_size: int):
+    """The session's requests split at its (first) compaction, with the model's fit."""
+    con = store.connect(db_path)
+    try:
+        assign_workloads(con)
+        [(attributes,)] = con.execute(
+            "SELECT attributes FROM traces WHERE trace_id = ?", [session]
+        ).fetchall()
+        boundary = json.loads(attributes)["compactions"][0]["message_seq"]
+        first_seq = dict(
+            con.execute(
+                "SELECT call_id, min(seq) FROM messages "
+                "WHERE trace_id = ? AND role = 'assistant' GROUP BY call_id",
+                [session],
+            ).fetchall()
+        )
+        log = load_requests(con, block_size=block_size)
+    finally:
+        con.close()
+    mine = [r for r in log.requests if r.session_id == session]
+    before = [r for r in mine if first_seq[r.call_id] < boundary]
+    after = [r for r in mine if first_seq[r.call_id] > boundary]
+    return before, after, log.chars_per_token
+
+
+def _shared_prefix(a, b) -> int:
+    return next(
+        (k for k, (x, y) in enumerate(zip(a.hash_ids, b.hash_ids, strict=False)) if x != y),
+        min(len(a.hash_ids), len(b.hash_ids)),
+    )
+
+
+def test_a_call_after_a_compaction_is_rendered_from_the_summary_on(runner, db_path):
+    """The fixture's session reports input tokens = 8,300 (system prompt and tools, not logged) +
+    its rendered conversation's characters / 3. After the compaction the model saw only the summary
+    and what followed: rendered so, the calls fit that line exactly, and their blocks share with
+    the calls before only the overhead's."""
+    ingest(runner, db_path, FIXTURES / "compacted_session.jsonl")
+    block = 16
+    before, after, fits = _compacted_requests(db_path, "55555555-5555-4555-8555-555555555555", block)
+    assert (len(before), len(after)) == (4, 3)
+    fit = fits["claude-opus-4-6"]
+    assert fit["method"] == "fixed-effects"
+    assert fit["chars_per_token"] == pytest.approx(3.0, rel=0.01)
+    [overhead] = fit["overhead_tokens"].values()
+    assert overhead == pytest.approx(8300, abs=5)
+    overhead_blocks = overhead // block
+    for late in after:
+        assert all(_shared_prefix(late, early) <= overhead_blocks for early in before)
+    # the calls after the compaction continue one context: each holds the one before it
+    for previous, late in itertools.pairwise(after):
+        assert _shared_prefix(previous, late) > overhead_blocks
+
+
+def test_real_session_after_its_compaction_shares_only_the_overhead_with_the_history(
+    shared_data, runner, db_path
+):
+    ingest(runner, db_path, shared_data / "claude-code" / f"{SESSION}.jsonl")
+    before, after, fits = _compacted_requests(db_path, SESSION, 512)
+    assert len(before) > 10 and len(after) > 10
+    fit = fits["claude-opus-4-6"]
+    # rendering the history the model no longer saw made the fit fall back to the plain ratio
+    assert fit["method"] == "fixed-effects"
+    assert 1.0 < fit["chars_per_token"] < 10.0
+    [overhead] = fit["overhead_tokens"].values()
+    overhead_blocks = overhead // 512
+    for late in after:
+        assert max(_shared_prefix(late, early) for early in before) <= overhead_blocks
 
 
 @pytest.mark.parametrize("name", ["parallel_session.jsonl", "branched_session.jsonl"])

@@ -2,7 +2,10 @@
 
 Every call's input is rendered from the stored conversation: the trace's tool definitions, then
 each message before the assistant message the call produced (role, text, tool calls, tool
-results; reasoning is left out, as clients drop it when re-sending). The rendered text is cut into
+results; reasoning is left out, as clients drop it when re-sending). Where the source marks a
+context compaction (`traces.attributes.compactions`, from Claude Code), a call after it sees the
+tool definitions, then the messages from the compaction's summary on: the history before it was
+no longer in the model's context, so it is neither rendered nor hashed. The rendered text is cut into
 blocks of `BLOCK_SIZE` tokens and each block gets a hash of its text and the hash of the block
 before it, so equal ids mean equal prefixes, as in the Mooncake trace format. The hash chain is
 seeded with the model name: two models never share KV.
@@ -324,6 +327,7 @@ class _Call:
     output_partial: bool  # output_tokens is a lower bound: the larger of it and the estimate is used
     input_chars: int | None = None  # None: no conversation text for this call
     output_chars: int = 0
+    context: int = 0  # which of its trace's rendered contexts: one more after each compaction
 
 
 def render_tools(defs: list[tuple[str, str | None, str | None]]) -> str:
@@ -368,7 +372,9 @@ def _calls_sql(where: str) -> str:
     SELECT c.trace_id, c.call_id, c.seq, coalesce(c.model, '(unknown)'), w.workload,
            epoch_ms(c.started_at), epoch_ms(c.ended_at), c.duration_ms, epoch_ms(t.started_at),
            c.input_tokens, c.cache_read_tokens, c.output_tokens, c.usage_reported,
-           coalesce(c.output_tokens_partial, false)
+           coalesce(c.output_tokens_partial, false),
+           CASE WHEN json_exists(t.attributes, '$.compactions')
+                THEN json_extract(t.attributes, '$.compactions[*].message_seq')::INTEGER[] END
     FROM llm_calls c JOIN _tf_batch USING (trace_id) JOIN traces t USING (trace_id)
     LEFT JOIN trace_workloads w USING (trace_id)
     {where}
@@ -433,9 +439,9 @@ def _map_batches(
     return (function(*shared, batch) for batch in read)
 
 
-def _conversations(batch: ConversationBatch) -> Iterator[tuple[list[_Call], str]]:
+def _conversations(batch: ConversationBatch) -> Iterator[tuple[list[_Call], list[str]]]:
     """Per trace of `batch`: its calls (with input and output character counts filled in) and its
-    rendered conversation text."""
+    rendered contexts (see `_conversation`)."""
     calls, messages, defs = (
         rows_by_trace(pl.from_arrow(table).sort(order, maintain_order=True).rows())
         for table, order in zip(batch.tables, CONVERSATION_ORDER, strict=True)
@@ -448,7 +454,10 @@ def _conversations(batch: ConversationBatch) -> Iterator[tuple[list[_Call], str]
 
 def _conversation(
     trace_id: str, call_rows: list[tuple], message_rows: list[tuple], def_rows: list[tuple]
-) -> tuple[list[_Call], str]:
+) -> tuple[list[_Call], list[str]]:
+    """A trace's calls and its rendered contexts: the tool definitions and the messages, and after
+    each compaction the tool definitions again and the messages from its summary on. A call's
+    `input_chars` is the length of its context's text before the assistant message it produced."""
     calls = [
         _Call(
             call_id=r[0],
@@ -468,22 +477,29 @@ def _conversation(
         )
         for r in call_rows
     ]
-    pieces = [render_tools(def_rows)]
-    offset = len(pieces[0])
-    ends: dict[str, int] = {}
+    # the first message of each compacted context (every call row of a trace carries them)
+    compactions = sorted({seq for seq in call_rows[0][13] or () if seq is not None}) if call_rows else []
+    tools = render_tools(def_rows)
+    contexts = [[tools]]
+    offset = len(tools)
+    ends: dict[str, tuple[int, int]] = {}  # call id -> (context, offset)
     output_chars: dict[str, int] = {}
-    for _, role, content, tool_calls, name, call_id, reasoning in message_rows:
+    for seq, role, content, tool_calls, name, call_id, reasoning in message_rows:
+        if compactions and seq >= compactions[0]:
+            contexts.append([tools])
+            offset = len(tools)
+            compactions = [start for start in compactions if start > seq]
         text = render_message(role, content, tool_calls, name)
         if role == "assistant" and call_id is not None and call_id not in ends:
-            ends[call_id] = offset
+            ends[call_id] = (len(contexts) - 1, offset)
             output_chars[call_id] = len(text) + len(reasoning or "")
-        pieces.append(text)
+        contexts[-1].append(text)
         offset += len(text)
     for call in calls:
         if call.call_id in ends:
-            call.input_chars = ends[call.call_id]
+            call.context, call.input_chars = ends[call.call_id]
             call.output_chars = output_chars[call.call_id]
-    return calls, "".join(pieces)
+    return calls, ["".join(pieces) for pieces in contexts]
 
 
 PLAUSIBLE_CHARS_PER_TOKEN = (1.0, 10.0)
@@ -741,13 +757,14 @@ REQUEST_COUNTS = (
 
 @dataclass(slots=True)
 class _TraceRequests:
-    """One trace's requests as a batch's pass makes them, before their blocks get ids: per model,
-    the digests of the chain's full blocks (8 bytes each, joined) as far as a request uses them,
-    and per request (the request, its call's seq, the model of the chain it starts with or None,
-    how many of the chain's blocks it starts with, the digests of the blocks after them)."""
+    """One trace's requests as a batch's pass makes them, before their blocks get ids: per chain
+    (a model and one of the trace's contexts), the digests of its full blocks (8 bytes each,
+    joined) as far as a request uses them, and per request (the request, its call's seq, the
+    chain it starts with or None, how many of the chain's blocks it starts with, the digests of
+    the blocks after them)."""
 
-    chains: dict[str, bytes]
-    requests: list[tuple[Request, int, str | None, int, list[bytes]]]
+    chains: dict[tuple[str, int], bytes]
+    requests: list[tuple[Request, int, tuple[str, int] | None, int, list[bytes]]]
 
 
 def batch_requests(
@@ -757,10 +774,11 @@ def batch_requests(
     `REQUEST_COUNTS`: the second pass over a batch, once the calibration is fitted."""
     counts = dict.fromkeys(REQUEST_COUNTS, 0)
     traces = []
-    for calls, text in _conversations(batch):
-        chains: dict[str, tuple[str, list[bytes]]] = {}  # model -> text, its full blocks so far
-        used: dict[str, int] = {}  # model -> full blocks some request starts with
-        made: list[tuple[Request, int, str | None, int, list[bytes]]] = []
+    for calls, texts in _conversations(batch):
+        # (model, context) -> the text its blocks are cut from, its full blocks so far
+        chains: dict[tuple[str, int], tuple[str, list[bytes]]] = {}
+        used: dict[tuple[str, int], int] = {}  # chain -> full blocks some request starts with
+        made: list[tuple[Request, int, tuple[str, int] | None, int, list[bytes]]] = []
         previous: Request | None = None
         for call in calls:
             counts["calls"] += 1
@@ -778,21 +796,24 @@ def batch_requests(
                 counts["without_size"] += 1
                 continue
             needed = math.ceil(length / block_size)
-            chain_model, prefix, tail = None, 0, []
+            chain_key, prefix, tail = None, 0, []
             if call.input_chars is not None:
-                if call.model not in chains:
+                text = texts[call.context]
+                key = (call.model, call.context)
+                if key not in chains:
+                    # every context starts with the same overhead and tools: their blocks are shared
                     overhead = _overhead_text(
                         call.workload,
                         call.model,
                         round(calibration.overhead(call.workload, call.model) * ratio),
                     )
-                    chains[call.model] = (overhead + text, [])
-                full_text, chain = chains[call.model]
+                    chains[key] = (overhead + text, [])
+                full_text, chain = chains[key]
                 seed = hashlib.blake2b(call.model.encode(), digest_size=DIGEST_BYTES).digest()
                 end = len(full_text) - len(text) + call.input_chars
                 full, partial = _block_digests(full_text, end, block_size * ratio, seed, chain)
-                chain_model, prefix = call.model, min(full, needed)
-                used[call.model] = max(used.get(call.model, 0), prefix)
+                chain_key, prefix = key, min(full, needed)
+                used[key] = max(used.get(key, 0), prefix)
                 if partial is not None:
                     tail.append(partial)
             else:
@@ -843,9 +864,9 @@ def batch_requests(
                 request.delay_ms = max(start - previous.end_ms, 0.0)
             counts["input_estimated"] += input_estimated
             counts["output_estimated"] += output_estimated
-            made.append((request, call.seq, chain_model, prefix, tail))
+            made.append((request, call.seq, chain_key, prefix, tail))
             previous = request
-        traces.append(_TraceRequests({m: b"".join(chains[m][1][:n]) for m, n in used.items()}, made))
+        traces.append(_TraceRequests({k: b"".join(chains[k][1][:n]) for k, n in used.items()}, made))
     return traces, counts
 
 
@@ -877,14 +898,14 @@ def load_requests(
             counts[key] += value
         for trace in traces:
             chain_ids = {
-                model: [
+                key: [
                     provisional.setdefault(blob[i : i + DIGEST_BYTES], len(provisional))
                     for i in range(0, len(blob), DIGEST_BYTES)
                 ]
-                for model, blob in trace.chains.items()
+                for key, blob in trace.chains.items()
             }
-            for request, seq, model, prefix, tail in trace.requests:
-                ids = chain_ids[model][:prefix] if model is not None else []
+            for request, seq, chain_key, prefix, tail in trace.requests:
+                ids = chain_ids[chain_key][:prefix] if chain_key is not None else []
                 ids.extend(provisional.setdefault(digest, len(provisional)) for digest in tail)
                 request.hash_ids = array(_id_typecode(len(provisional)), ids)
                 request.session_id = names.setdefault(request.session_id, request.session_id)
