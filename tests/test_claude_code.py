@@ -210,7 +210,7 @@ def test_real_calls_without_their_final_usage_are_flagged_and_their_output_estim
     finally:
         con.close()
     # Fitted on all of them, the estimates add up to what they reported (the input's characters
-    # per token, 4.3 here against 2.9 for output, would make it two thirds).
+    # per token, 2.6 here against 2.9 for output, would make it 8% more).
     assert sum(e for e, _ in whole) == pytest.approx(sum(t for _, t in whole), rel=0.01)
     halves = whole[::2], whole[1::2]
     for fit, held_out in (halves, halves[::-1]):

@@ -154,6 +154,36 @@ def test_calibration_fits_overhead_and_ratio_and_falls_back_when_implausible():
     assert fit.chars_per_token["never-reported"] == 4.0
 
 
+def _squared_error(groups: dict, slope: float, overheads: dict) -> float:
+    return sum((y - overheads[w] - slope * x) ** 2 for w, group in groups.items() for x, y in group)
+
+
+def test_an_overhead_held_at_its_bound_refits_the_slope_to_the_calls():
+    # "a"'s first call has no rendered text and 1,000 tokens: the unconstrained line claims more
+    # overhead than that call had
+    groups = {"a": [(0, 1000), (4000, 5000), (8000, 7000)], "b": [(1000, 2600), (5000, 5800), (9000, 9400)]}
+    fit = fit_calibration({"m": groups}, ["m"])
+    assert fit.method["m"] == "fixed-effects"
+    assert fit.overhead("a", "m") == 1000  # held at its smallest reported input
+    slope = 1 / fit.chars_per_token["m"]
+    overheads = {"a": 1000, "b": fit.overhead("b", "m")}
+    # "b"'s overhead is its own least-squares one for that slope ...
+    assert overheads["b"] == round(sum(y - slope * x for x, y in groups["b"]) / 3)
+    # ... and no other slope fits the calls better with "a"'s overhead held at 1,000
+    best = _squared_error(groups, slope, overheads)
+    for other in (slope * 0.99, slope * 1.01):
+        mean_b = sum(y - other * x for x, y in groups["b"]) / 3
+        assert _squared_error(groups, other, {"a": 1000, "b": mean_b}) > best
+    # the fit without the bound: a common within-workload slope, under which "a"'s overhead crosses
+    sxx = sxy = 0.0
+    for group in groups.values():
+        mean_x, mean_y = (sum(v) / len(group) for v in zip(*group, strict=True))
+        sxx += sum((x - mean_x) ** 2 for x, _ in group)
+        sxy += sum((x - mean_x) * (y - mean_y) for x, y in group)
+    assert 4000 * sxy / sxx + 1000 < 13000 / 3  # "a"'s mean tokens minus slope x mean characters
+    assert slope != pytest.approx(sxy / sxx)
+
+
 def test_output_is_fitted_on_output_and_falls_back_to_the_input_ratio():
     points = {model: {"a": [(3000, 1000), (6000, 2000)]} for model in ("m", "n", "o")}
     output = {

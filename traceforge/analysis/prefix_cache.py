@@ -560,7 +560,8 @@ def fit_calibration(
     `points[model][workload]` are (rendered characters, reported input tokens) of calls. The slope
     is the within-workload least-squares slope (a fixed-effects regression: each workload has its
     own overhead, the model one tokenizer); each overhead is its workload's mean tokens minus
-    slope x mean characters, kept between 0 and the workload's smallest reported input. When the
+    slope x mean characters, kept between 0 and the workload's smallest reported input, and where
+    an overhead is held at such a bound the slope is fitted again with it fixed there. When the
     slope is undefined or implausible (outside 1-10 characters per token, as when logs hold a
     history the model never saw after context compaction), the plain ratio of the sums is used
     with no overhead. Models without reported usage get 4 characters per token.
@@ -599,21 +600,36 @@ def _fit_input(calibration: Calibration, model: str, groups: dict[str | None, li
         calibration.chars_per_token[model] = DEFAULT_CHARS_PER_TOKEN
         calibration.method[model] = "default"
         return
-    sxx = sxy = 0.0
     means = {}
     for workload, group in groups.items():
         mean_x = sum(x for x, _ in group) / len(group)
         mean_y = sum(y for _, y in group) / len(group)
         means[workload] = (mean_x, mean_y)
-        sxx += sum((x - mean_x) ** 2 for x, _ in group)
-        sxy += sum((x - mean_x) * (y - mean_y) for x, y in group)
-    slope = sxy / sxx if sxx > 0 else 0.0
+    floors = {workload: min(y for _, y in group) for workload, group in groups.items()}
+    # An overhead is kept between 0 and its workload's smallest reported input; where it is held
+    # at a bound, the slope is fitted again with that overhead fixed (the least-squares fit under
+    # the bound), until no other overhead crosses one.
+    fixed: dict[str | None, float] = {}
+    while True:
+        sxx = sxy = 0.0
+        for workload, group in groups.items():
+            if workload in fixed:
+                sxx += sum(x * x for x, _ in group)
+                sxy += sum(x * (y - fixed[workload]) for x, y in group)
+            else:
+                mean_x, mean_y = means[workload]
+                sxx += sum((x - mean_x) ** 2 for x, _ in group)
+                sxy += sum((x - mean_x) * (y - mean_y) for x, y in group)
+        slope = sxy / sxx if sxx > 0 else 0.0
+        overheads = {w: fixed.get(w, mean_y - slope * mean_x) for w, (mean_x, mean_y) in means.items()}
+        crossed = {w: min(max(v, 0.0), floors[w]) for w, v in overheads.items() if not 0.0 <= v <= floors[w]}
+        if not crossed or slope <= 0:
+            break
+        fixed.update(crossed)
     if slope > 0 and low <= 1 / slope <= high:
         calibration.chars_per_token[model] = 1 / slope
         calibration.method[model] = "fixed-effects"
-        for workload, (mean_x, mean_y) in means.items():
-            floor = min(y for _, y in groups[workload])
-            overhead = min(max(mean_y - slope * mean_x, 0.0), floor)
+        for workload, overhead in overheads.items():
             calibration.overhead_tokens[(workload, model)] = round(overhead)
     else:
         chars = sum(x for g in groups.values() for x, _ in g)
