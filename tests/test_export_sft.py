@@ -359,3 +359,63 @@ def test_a_workload_is_selected_by_the_name_the_last_analysis_gave_it(runner, db
     # the source's own name still selects
     result = run(runner, *base, "--out", str(tmp_path / "d2"), "--workload", "finance")
     assert {r["trace_id"] for r in load(tmp_path / "d2", "sft", tmp_path)} == {"stock-anthropic"}
+
+
+COMPACTED = Path(__file__).parent / "fixtures" / "claude_code" / "compacted_session.jsonl"
+
+
+def test_a_compacted_session_is_a_row_per_context_and_an_rl_row_per_session(runner, tmp_path):
+    """The model never saw the history and the compaction's summary together: each context is a
+    conversation of its own, the later one opening with the summary, both in the session's split.
+    An RL row is the session's task, so it stays one row with everything the session did."""
+    db, out = tmp_path / "store.duckdb", tmp_path / "out"
+    assert run(runner, "ingest", str(COMPACTED), "--db", str(db)).exit_code == 0
+    lines = [json.loads(line) for line in COMPACTED.read_text().splitlines()]
+    boundary = next(k for k, line in enumerate(lines) if line.get("subtype") == "compact_boundary")
+    summary = lines[boundary + 1]["message"]["content"]
+    tool_ids = [
+        [
+            block["id"]
+            for line in part
+            if line["type"] == "assistant"
+            for block in line["message"]["content"]
+            if block["type"] == "tool_use"
+        ]
+        for part in (lines[:boundary], lines[boundary:])
+    ]
+
+    result = run(runner, "export", "sft", "--db", str(db), "--out", str(out), "--split", "train=1.0")
+    assert result.exit_code == 0, result.output
+    assert "1 traces matched, 2 usable (1 of them later contexts of compacted sessions" in result.output
+    rows = load(out, "sft", tmp_path).to_list()
+    assert [row["context"] for row in rows] == [0, 1]
+    assert {row["trace_id"] for row in rows} == {lines[0]["sessionId"]}
+    first, later = (row["messages"] for row in rows)
+    assert first[0]["content"] == lines[0]["message"]["content"]
+    assert summary not in [m["content"] for m in first]
+    assert later[0] == {**later[0], "role": "user", "content": summary}
+    for messages, ids in zip((first, later), tool_ids, strict=True):
+        assert [c["id"] for m in messages for c in m["tool_calls"] or []] == ids
+    assert "later contexts of compacted sessions" in (out / "README.md").read_text()
+
+    rl = tmp_path / "rl"
+    assert (
+        run(runner, "export", "rl", "--db", str(db), "--out", str(rl), "--split", "train=1.0").exit_code == 0
+    )
+    [task] = load(rl, "rl", tmp_path).to_list()
+    assert task["context"] == 0
+    assert [c["name"] for c in task["recorded_calls"]] == ["Read", "Bash", "Read", "Edit", "Bash"]
+
+
+def test_the_token_limit_is_checked_per_context(runner, tmp_path):
+    """The fixture's largest call before the compaction is 9,424 + 60 tokens; after it, 8,587 + 40:
+    a 9,000-token limit drops the first context only."""
+    db, out = tmp_path / "store.duckdb", tmp_path / "out"
+    assert run(runner, "ingest", str(COMPACTED), "--db", str(db)).exit_code == 0
+    args = ["export", "sft", "--db", str(db), "--out", str(out), "--split", "train=1.0", "--max-tokens"]
+    result = run(runner, *args, "9000")
+    assert result.exit_code == 0, result.output
+    assert [row["context"] for row in load(out, "sft", tmp_path).to_list()] == [1]
+    shutil.rmtree(out)
+    assert run(runner, *args, "9500").exit_code == 0
+    assert [row["context"] for row in load(out, "sft", tmp_path).to_list()] == [0, 1]

@@ -135,6 +135,7 @@ def export(
 
     \b
     sft         whole conversations, TRL conversational format + tools
+                (a compacted session: one row per context)
     parallel    the same, independent tool calls re-laid into one turn
                 (needs the dependency analysis: run `traceforge analyze`)
     preference  prompt / chosen (parallel turn) / rejected (sequential)

@@ -145,7 +145,13 @@ def _config_section(config: str, entry: dict[str, Any]) -> list[str]:
         + ", ".join(f"{name} {fraction:g}" for name, fraction in entry["criteria"]["splits"].items())
         + ".",
         f"- Traces matching the selection: {selection['matched']}; "
-        f"usable after the checks below: {selection['selected']}.",
+        f"usable after the checks below: {selection['selected']}"
+        + (
+            f" ({selection['later_contexts']} of them later contexts of compacted sessions: a session "
+            "whose context the agent compacted gives a row per context, with the same `trace_id`)."
+            if selection.get("later_contexts")
+            else "."
+        ),
     ]
     if selection["dropped"]:
         lines.append("- Dropped whole (never truncated):")

@@ -61,7 +61,7 @@ class ExportReport:
     config: str
     out: Path
     matched: int
-    selected: int
+    selected: int  # conversations: a compacted trace read by context gives one per context
     dropped: dict[str, int]
     left_out: dict[str, int]
     rows: dict[str, int]
@@ -69,6 +69,7 @@ class ExportReport:
     turns: dict[str, int] | None
     files: list[str]
     user_tool_calls_removed: int = 0
+    later_contexts: int = 0  # of `selected`: contexts after a compaction (see export.source)
 
     @property
     def total_rows(self) -> int:
@@ -87,6 +88,7 @@ class ExportReport:
             "redaction": self.redaction,
             "turns": self.turns,
             "user_tool_calls_removed": self.user_tool_calls_removed,
+            "later_contexts": self.later_contexts,
             "files": self.files,
         }
 
@@ -101,15 +103,18 @@ def export(con: duckdb.DuckDBPyConnection, options: ExportOptions) -> ExportRepo
         raise ExportError("OpenAI's fine-tuning formats have no prompt-only RL rows; use --format hf for rl")
     folder.prepare(options.out)
 
-    counts_of: dict[str, Counter] = {}
+    counts_of: dict[tuple[str, int], Counter] = {}
 
     def prepare(conversation: Conversation) -> Conversation:
-        redacted, counts_of[conversation.trace_id] = redact(conversation)
+        redacted, counts_of[conversation.trace_id, conversation.context] = redact(conversation)
         return redacted
 
-    selection = select(con, options.criteria, prepare if options.redact else None)
+    # An RL row is a task: the session's first prompt and what the whole session did. The other
+    # kinds train on what the model saw, so a compacted session gives a row per context.
+    by_context = options.kind != "rl"
+    selection = select(con, options.criteria, prepare if options.redact else None, by_context)
     rows, left_out, turns, used = _rows(con, options, selection)
-    kept_counts = [counts_of[c.trace_id] for c in used if counts_of.get(c.trace_id)]
+    kept_counts = [counts_of[key] for c in used if counts_of.get(key := (c.trace_id, c.context))]
     redaction_counts = sum(kept_counts, Counter())
     features = None if options.fmt == "openai" else _features(options.kind)
     entry = {
@@ -118,11 +123,12 @@ def export(con: duckdb.DuckDBPyConnection, options: ExportOptions) -> ExportRepo
         "created_at": datetime.now(UTC).replace(microsecond=0).isoformat(),
         "traceforge_version": __version__,
         "command": options.command or f"traceforge export {options.kind}",
-        "source": _source(con, [c.trace_id for c in used]),
+        "source": _source(con, list(dict.fromkeys(c.trace_id for c in used))),
         "criteria": options.criteria.describe(),
         "selection": {
             "matched": selection.matched,
             "selected": len(selection.conversations),
+            "later_contexts": sum(1 for c in selection.conversations if c.context),
             "dropped": dict(selection.dropped),
         },
         "left_out": dict(left_out),
@@ -159,6 +165,7 @@ def export(con: duckdb.DuckDBPyConnection, options: ExportOptions) -> ExportRepo
         turns=turns,
         files=files,
         user_tool_calls_removed=entry["user_tool_calls_removed"],
+        later_contexts=entry["selection"]["later_contexts"],
     )
 
 
@@ -203,6 +210,9 @@ def _rows(
         trace_deps = [
             (s, d) for s, d in deps.get(conversation.trace_id, []) if s not in removed and d not in removed
         ]
+        if conversation.contexts > 1:  # edges from an earlier context: it was over before this one began
+            held = conversation.call_ids
+            trace_deps = [(s, d) for s, d in trace_deps if s in held and d in held]
         outcome = parallel.rewrite_conversation(conversation, trace_deps, conversation.trace_id in analysed)
         if outcome.rewrite is None:
             left_out[outcome.left_out] += 1

@@ -17,7 +17,8 @@ Steps, each counted so the dataset card can say what was left out and why:
 5. `split_of`: a trace's split is a function of the seed and its id only (a hash mapped to [0, 1)
    against the cumulative split fractions), so a trace is in one split in every export made with
    that seed, whatever else is selected; proportions are therefore close to, not exactly, the
-   fractions asked for.
+   fractions asked for. A compacted trace read by context (`source.load_conversations`) has all
+   its contexts in its split.
 """
 
 from __future__ import annotations
@@ -143,8 +144,10 @@ def select(
     con: duckdb.DuckDBPyConnection,
     criteria: Criteria,
     prepare: Callable[[Conversation], Conversation] | None = None,
+    by_context: bool = False,
 ) -> Selection:
-    """Match, load, check, limit, deduplicate and split: the conversations an export is made of.
+    """Match, load, check, limit, deduplicate and split: the conversations an export is made of
+    (with `by_context`, one per context of a compacted trace: see `source.load_conversations`).
 
     `prepare` is applied to each usable conversation before the limits and dedup (the export
     pipeline passes the redactor). Conversations that cannot be training examples (see
@@ -156,7 +159,7 @@ def select(
     if copied:
         dropped["resumed_elsewhere"] = len(copied)
     usable = []
-    for conversation in load_conversations(con, [t for t in trace_ids if t not in copied]):
+    for conversation in load_conversations(con, [t for t in trace_ids if t not in copied], by_context):
         if conversation.problem:
             dropped[conversation.problem] += 1
             continue

@@ -9,7 +9,7 @@ TRL (`SFTTrainer`, language-modeling type) reads `messages` and `tools`:
                   {"role": "tool", "tool_call_id": "call_1", "name": "get_weather", "content": "20C"},
                   {"role": "assistant", "content": "It is 20C."}],
      "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {...}}}],
-     "trace_id": ..., "workload": ..., "model": ..., "outcome": ..., "num_tool_calls": 1}
+     "trace_id": ..., "context": 0, "workload": ..., "model": ..., "outcome": ..., "num_tool_calls": 1}
 
 Tool calls and tool schemas are stored with the `datasets` `Json()` feature type (datasets >= 4.7),
 so calls whose arguments have different keys are not padded with nulls, which a struct column would
@@ -37,6 +37,7 @@ MESSAGES = List(MESSAGE_FEATURE)
 TOOLS = List(Json())
 METADATA = {
     "trace_id": Value("string"),
+    "context": Value("int32"),  # a compacted trace's rows: one per context (export.source)
     "workload": Value("string"),
     "model": Value("string"),
     "outcome": Value("string"),
@@ -47,6 +48,7 @@ FEATURES = Features({"messages": MESSAGES, "tools": TOOLS, **METADATA, "num_tool
 def metadata(conversation: Conversation) -> dict[str, Any]:
     return {
         "trace_id": conversation.published_trace_id or conversation.trace_id,
+        "context": conversation.context,
         "workload": conversation.published_workload or conversation.workload,
         "model": conversation.model,
         "outcome": conversation.outcome,

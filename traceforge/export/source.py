@@ -15,10 +15,16 @@ out), each call keeps its stored id, and the results of an assistant turn follow
 A conversation that cannot be written that way (a call without a result, arguments that are not a
 JSON object...) has a `problem` and is left out by the caller, counted by reason. Tool calls a user
 made (a simulated user acting on their own device) are not the agent's: they are removed.
+
+A trace whose context the agent compacted (`traces.attributes.compactions`, from Claude Code) can be
+read as one conversation per context: the messages up to the first compaction, then from each
+compaction's summary to the next. Each is what the model saw and answered in one context; the whole
+trace is not (the model never saw the history and the summary together).
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -53,6 +59,14 @@ class Conversation:
     # that is an email address); `trace_id` itself stays the store's key.
     published_trace_id: str | None = None
     published_workload: str | None = None
+    # Which context of the trace (see the module docstring), and how many it was read as: 0 and 1
+    # unless the trace was read by context and compacted.
+    context: int = 0
+    contexts: int = 1
+
+    @property
+    def call_ids(self) -> set[str]:
+        return {call["id"] for m in self.messages for call in m["tool_calls"] or []}
 
     def with_messages(self, messages: list[dict[str, Any]]) -> Conversation:
         return replace(self, messages=messages)
@@ -71,8 +85,11 @@ def message(role: str, content: str | None = None, **fields: Any) -> dict[str, A
     return out
 
 
-def load_conversations(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> list[Conversation]:
-    """The conversations of `trace_ids`, in that order, each checked and normalised.
+def load_conversations(
+    con: duckdb.DuckDBPyConnection, trace_ids: list[str], by_context: bool = False
+) -> list[Conversation]:
+    """The conversations of `trace_ids`, in that order, each checked and normalised; with
+    `by_context`, a compacted trace's contexts one after another, each a conversation of its own.
 
     >>> convs = load_conversations(con, ["c1"])          # doctest: +SKIP
     >>> convs[0].messages[2]["tool_calls"][0]["function"]  # doctest: +SKIP
@@ -83,32 +100,42 @@ def load_conversations(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> 
     with store.registered_ids(con, "_tf_export_ids", trace_ids):
         traces = con.execute(
             """
-            SELECT t.trace_id, t.workload, t.outcome, c.model, c.peak_tokens
+            SELECT t.trace_id, t.workload, t.outcome, c.model,
+                   CASE WHEN json_exists(t.attributes, '$.compactions')
+                        THEN json_extract(t.attributes, '$.compactions[*].message_seq')::INTEGER[] END
             FROM traces t
             JOIN _tf_export_ids USING (trace_id)
             LEFT JOIN (
-                SELECT c.trace_id, mode(c.model) AS model,
-                       max(c.input_tokens + CASE WHEN c.output_tokens_partial
-                                                 THEN greatest(coalesce(c.output_tokens, 0), m.text_tokens)
-                                                 ELSE coalesce(c.output_tokens, 0) END)
-                           FILTER (WHERE c.usage_reported) AS peak_tokens
-                FROM llm_calls c JOIN _tf_export_ids USING (trace_id)
-                LEFT JOIN (  -- a partial output count's stand-in: its message's text in rough tokens
-                    SELECT trace_id, call_id,
-                           sum(length(coalesce(content, '')) + length(coalesce(reasoning, ''))
-                               + length(coalesce(tool_calls::VARCHAR, ''))) // ? AS text_tokens
-                    FROM messages JOIN _tf_export_ids USING (trace_id)
-                    WHERE role = 'assistant' AND call_id IS NOT NULL
-                    GROUP BY trace_id, call_id
-                ) m USING (trace_id, call_id)
-                GROUP BY c.trace_id
+                SELECT trace_id, mode(model) AS model FROM llm_calls JOIN _tf_export_ids USING (trace_id)
+                GROUP BY trace_id
             ) c USING (trace_id)
+            """
+        ).fetchall()
+        # Each call's input + output where usage was reported, with the seq of its first message
+        # (which context it ran in); a partial output count's stand-in: its message's text in rough
+        # tokens.
+        sizes = con.execute(
+            """
+            SELECT c.trace_id, m.first_seq,
+                   c.input_tokens + CASE WHEN c.output_tokens_partial
+                                         THEN greatest(coalesce(c.output_tokens, 0), m.text_tokens)
+                                         ELSE coalesce(c.output_tokens, 0) END
+            FROM llm_calls c JOIN _tf_export_ids USING (trace_id)
+            LEFT JOIN (
+                SELECT trace_id, call_id, min(seq) AS first_seq,
+                       sum(length(coalesce(content, '')) + length(coalesce(reasoning, ''))
+                           + length(coalesce(tool_calls::VARCHAR, ''))) // ? AS text_tokens
+                FROM messages JOIN _tf_export_ids USING (trace_id)
+                WHERE role = 'assistant' AND call_id IS NOT NULL
+                GROUP BY trace_id, call_id
+            ) m USING (trace_id, call_id)
+            WHERE c.usage_reported
             """,
             [int(DEFAULT_CHARS_PER_TOKEN)],
         ).fetchall()
         messages = con.execute(
             """
-            SELECT trace_id, role, content, tool_calls, tool_call_id, name, reasoning
+            SELECT trace_id, seq, role, content, tool_calls, tool_call_id, name, reasoning
             FROM messages JOIN _tf_export_ids USING (trace_id)
             ORDER BY trace_id, seq
             """
@@ -120,27 +147,43 @@ def load_conversations(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> 
             ORDER BY trace_id, name
             """
         ).fetchall()
+    sizes_of = rows_by_trace(sizes)
     messages_of = rows_by_trace(messages)
     defs_of = rows_by_trace(defs)
-    by_id = {}
-    for trace_id, workload, outcome, model, peak in traces:
-        conversation = Conversation(
-            trace_id=trace_id,
-            workload=workload,
-            outcome=outcome or "unknown",
-            model=model,
-            messages=[],
-            tools=[],
-            peak_tokens=int(peak) if peak is not None else None,
-        )
-        conversation.messages, conversation.removed_user_calls, conversation.problem = _messages(
-            messages_of.get(trace_id, [])
-        )
-        conversation.tools, conversation.inferred_tools = _tools(
-            defs_of.get(trace_id, []), conversation.messages
-        )
-        by_id[trace_id] = conversation
-    return [by_id[t] for t in trace_ids if t in by_id]
+    by_id: dict[str, list[Conversation]] = {}
+    for trace_id, workload, outcome, model, compactions in traces:
+        starts = sorted({seq for seq in compactions or () if seq is not None}) if by_context else []
+        peaks: dict[int, int] = {}
+        for first_seq, tokens in sizes_of.get(trace_id, []):
+            if tokens is not None:
+                context = bisect.bisect_right(starts, first_seq) if first_seq is not None else 0
+                peaks[context] = max(peaks.get(context, 0), int(tokens))
+        rows_of_context: dict[int, list[tuple]] = {}
+        for seq, *row in messages_of.get(trace_id, []):
+            rows_of_context.setdefault(bisect.bisect_right(starts, seq), []).append(tuple(row))
+        conversations = []
+        contexts = sorted(rows_of_context) or [0]
+        for context in contexts:
+            conversation = Conversation(
+                trace_id=trace_id,
+                workload=workload,
+                outcome=outcome or "unknown",
+                model=model,
+                messages=[],
+                tools=[],
+                peak_tokens=peaks.get(context),
+                context=context,
+                contexts=len(contexts),
+            )
+            conversation.messages, conversation.removed_user_calls, conversation.problem = _messages(
+                rows_of_context.get(context, [])
+            )
+            conversation.tools, conversation.inferred_tools = _tools(
+                defs_of.get(trace_id, []), conversation.messages
+            )
+            conversations.append(conversation)
+        by_id[trace_id] = conversations
+    return [conversation for t in trace_ids for conversation in by_id.get(t, [])]
 
 
 def _messages(rows: list[tuple]) -> tuple[list[dict[str, Any]], list[str], str | None]:

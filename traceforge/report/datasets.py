@@ -20,8 +20,13 @@ def _reasons(console: Console, title: str, counts: dict[str, int], names: dict[s
 
 def render_export(console: Console, report: ExportReport) -> None:
     rows = ", ".join(f"{split} {n}" for split, n in report.rows.items()) or "no rows"
+    contexts = (
+        f" ({report.later_contexts} of them later contexts of compacted sessions: a row per context)"
+        if report.later_contexts
+        else ""
+    )
     console.print(
-        f"[bold]{report.kind}[/]: {report.matched} traces matched, {report.selected} usable; "
+        f"[bold]{report.kind}[/]: {report.matched} traces matched, {report.selected} usable{contexts}; "
         f"wrote {rows} to {display_path(str(report.out))}/{report.config}/"
     )
     _reasons(console, "Dropped whole, never truncated", report.dropped, DROP_REASONS)
