@@ -7,19 +7,27 @@ import itertools
 import json
 import math
 import pickle
+import shutil
 from array import array
+from pathlib import Path
 
 import pytest
 from builders import WEATHER_TOOL, OpenAILoop, openai_tool_call, write_jsonl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from traceforge.analysis.batches import trace_spans
 from traceforge.analysis.prefix_cache import (
     BLOCK_SIZE,
+    CONVERSATION_TABLES,
     Request,
+    _read_batch,
+    call_sizes,
     fit_calibration,
     load_requests,
     provider_comparison,
+    render_message,
+    rendered_length,
     replay_chains,
     simulate,
 )
@@ -28,6 +36,7 @@ from traceforge.cli import cli
 from traceforge.export.replay import read_replay
 from traceforge.ingest import ingest_paths
 
+REPO = Path(__file__).resolve().parents[1]
 MOONCAKE_SYNTHETIC_CACHE_RATIO = 0.66  # Mooncake FAST'25, Table 2: synthetic workload
 
 
@@ -380,3 +389,43 @@ def test_the_one_pass_replay_of_chains_counts_what_simulate_counts(requests, cap
         expected = simulate(requests, None, ttl, 512)
         assert replays[None, ttl].as_dict() == expected.as_dict(), ttl
         assert replays[None, ttl].per_request_hit_tokens == expected.per_request_hit_tokens
+
+
+_TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40)
+_ARGUMENTS = st.recursive(
+    st.none() | st.booleans() | st.integers() | _TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3),
+    max_leaves=8,
+)
+_TOOL_CALLS = st.none() | st.lists(
+    st.fixed_dictionaries({"id": _TEXT, "name": _TEXT, "arguments": _ARGUMENTS}), max_size=3
+).map(json.dumps)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(["user", "assistant", "tool", "system"]),
+    st.none() | _TEXT,
+    _TOOL_CALLS,
+    st.none() | _TEXT,
+)
+def test_a_messages_rendered_length_is_known_from_its_contents_length(role, content, tool_calls, name):
+    rendered = render_message(role, content, tool_calls, name)
+    assert rendered_length(role, None if content is None else len(content), tool_calls, name) == len(rendered)
+
+
+def test_the_calibration_reads_the_same_sizes_from_lengths_as_from_the_texts(tmp_path, con):
+    """Every call's rendered input and output sizes, read as lengths (the calibration's pass) and
+    from the rendered texts, on the sample traces (four formats) and a compacted session."""
+    fixture = tmp_path / "traces"
+    shutil.copytree(REPO / "sample_traces", fixture)
+    shutil.copy(REPO / "tests" / "fixtures" / "claude_code" / "compacted_session.jsonl", fixture)
+    ingest_paths(con, [fixture])
+    assign_workloads(con)
+    spans = trace_spans(con, CONVERSATION_TABLES)
+    by_lengths, by_texts = [], []
+    for batch in spans.batches(50):
+        by_lengths.extend(call_sizes(_read_batch(con, True, batch)))
+        by_texts.extend(call_sizes(_read_batch(con, False, batch)))
+    assert len(by_texts) > 100 and sum(1 for c in by_texts if c.input_chars) > 100
+    assert by_lengths == by_texts

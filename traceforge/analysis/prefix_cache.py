@@ -33,6 +33,7 @@ request's length, over the sum of lengths.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -344,16 +345,29 @@ _TOOL_CALL_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False)
 
 def render_message(role: str, content: str | None, tool_calls: str | None, name: str | None) -> str:
     """One message as the model reads it again in later requests (reasoning excluded)."""
-    head = f"<|{role}|>" + (f" {name}" if role == "tool" and name else "") + "\n"
-    parts = [head]
+    parts = [_head(role, name)]
     if content:
         parts.append(content + "\n")
     if tool_calls:
-        for call in json.loads(tool_calls):
-            parts.append(
-                _TOOL_CALL_JSON.encode({"name": call.get("name"), "arguments": call.get("arguments")}) + "\n"
-            )
+        parts.extend(_rendered_call(call) for call in json.loads(tool_calls))
     return "".join(parts)
+
+
+def rendered_length(role: str, content_chars: int | None, tool_calls: str | None, name: str | None) -> int:
+    """`len(render_message(...))` of a message whose content has `content_chars` characters, from
+    that count: the calibration needs only lengths, and reading them spares moving every text."""
+    length = len(_head(role, name)) + (content_chars + 1 if content_chars else 0)
+    if tool_calls:
+        length += sum(len(_rendered_call(call)) for call in json.loads(tool_calls))
+    return length
+
+
+def _head(role: str, name: str | None) -> str:
+    return f"<|{role}|>" + (f" {name}" if role == "tool" and name else "") + "\n"
+
+
+def _rendered_call(call: dict[str, Any]) -> str:
+    return _TOOL_CALL_JSON.encode({"name": call.get("name"), "arguments": call.get("arguments")}) + "\n"
 
 
 # Conversations are read a batch of traces at a time, each batch one stretch of each table
@@ -381,9 +395,12 @@ def _calls_sql(where: str) -> str:
 """
 
 
-def _messages_sql(where: str) -> str:
+def _messages_sql(where: str, lengths: bool = False) -> str:
+    content, reasoning = ("m.content", "m.reasoning")
+    if lengths:
+        content, reasoning = f"length({content})", f"length({reasoning})"
     return f"""
-    SELECT m.trace_id, m.seq, m.role, m.content, m.tool_calls, m.name, m.call_id, m.reasoning
+    SELECT m.trace_id, m.seq, m.role, {content}, m.tool_calls, m.name, m.call_id, {reasoning}
     FROM messages m JOIN _tf_batch USING (trace_id)
     {where}
 """
@@ -404,36 +421,42 @@ CONVERSATION_ORDER = (["trace_id", "seq"], ["trace_id", "seq"], ["trace_id", "na
 
 @dataclass
 class ConversationBatch:
-    """Some traces' calls, messages and tool definitions as Arrow tables, in no particular order."""
+    """Some traces' calls, messages and tool definitions as Arrow tables, in no particular order;
+    with `lengths`, the messages' content and reasoning as their lengths in characters."""
 
     trace_ids: list[str]
     tables: tuple[Any, Any, Any]  # pyarrow.Table each: what DuckDB hands over without copying
+    lengths: bool = False
 
 
-def _read_batch(con: duckdb.DuckDBPyConnection, batch: TraceBatch) -> ConversationBatch:
+def _read_batch(con: duckdb.DuckDBPyConnection, lengths: bool, batch: TraceBatch) -> ConversationBatch:
     tables = []
     with store.registered_ids(con, "_tf_batch", batch.trace_ids):
         for sql, alias, table, condition in (
             # a response a resumed session logged again is in its conversation, not a request of its own
             (_calls_sql, "c", "llm_calls", "c.copy_of IS NULL"),
-            (_messages_sql, "m", "messages", None),
+            (functools.partial(_messages_sql, lengths=lengths), "m", "messages", None),
             (_defs_sql, "d", "tool_defs", None),
         ):
             where, values = batch.within(alias, table, condition)
             tables.append(con.sql(sql(where), params=values).to_arrow_table())
-    return ConversationBatch(batch.trace_ids, (tables[0], tables[1], tables[2]))
+    return ConversationBatch(batch.trace_ids, (tables[0], tables[1], tables[2]), lengths)
 
 
 def _map_batches(
-    con: duckdb.DuckDBPyConnection, function: Callable[..., Any], shared: tuple, workers: int | None
+    con: duckdb.DuckDBPyConnection,
+    function: Callable[..., Any],
+    shared: tuple,
+    workers: int | None,
+    lengths: bool = False,
 ) -> Iterator[Any]:
-    """`function(*shared, batch)` for every `ConversationBatch` of the store, in order: in `workers`
-    processes (by default one per CPU when there are over `PARALLEL_MIN_CALLS` LLM calls) while
-    this one reads the next batches, else here."""
+    """`function(*shared, batch)` for every `ConversationBatch` of the store (read with `lengths`),
+    in order: in `workers` processes (by default one per CPU when there are over
+    `PARALLEL_MIN_CALLS` LLM calls) while this one reads the next batches, else here."""
     spans = trace_spans(con, CONVERSATION_TABLES)
     count = worker_count(workers, spans.main_rows, PARALLEL_MIN_CALLS)
     batches = spans.batches(max(1, CONVERSATION_BATCH_CALLS // count))
-    read = (_read_batch(con, batch) for batch in batches)
+    read = (_read_batch(con, lengths, batch) for batch in batches)
     if count > 1:
         return ordered_map(f"{function.__module__}:{function.__name__}", read, count, shared)
     return (function(*shared, batch) for batch in read)
@@ -441,23 +464,30 @@ def _map_batches(
 
 def _conversations(batch: ConversationBatch) -> Iterator[tuple[list[_Call], list[str]]]:
     """Per trace of `batch`: its calls (with input and output character counts filled in) and its
-    rendered contexts (see `_conversation`)."""
+    rendered contexts (see `_conversation`; none when the batch holds only lengths)."""
     calls, messages, defs = (
         rows_by_trace(pl.from_arrow(table).sort(order, maintain_order=True).rows())
         for table, order in zip(batch.tables, CONVERSATION_ORDER, strict=True)
     )
     for trace_id in batch.trace_ids:
         yield _conversation(
-            trace_id, calls.get(trace_id, []), messages.get(trace_id, []), defs.get(trace_id, [])
+            trace_id,
+            calls.get(trace_id, []),
+            messages.get(trace_id, []),
+            defs.get(trace_id, []),
+            texts=not batch.lengths,
         )
 
 
 def _conversation(
-    trace_id: str, call_rows: list[tuple], message_rows: list[tuple], def_rows: list[tuple]
+    trace_id: str, call_rows: list[tuple], message_rows: list[tuple], def_rows: list[tuple], texts: bool
 ) -> tuple[list[_Call], list[str]]:
     """A trace's calls and its rendered contexts: the tool definitions and the messages, and after
     each compaction the tool definitions again and the messages from its summary on. A call's
-    `input_chars` is the length of its context's text before the assistant message it produced."""
+    `input_chars` is the length of its context's text before the assistant message it produced.
+
+    Without `texts`, the message rows hold their content's and reasoning's lengths in place of
+    them: the calls' sizes are the same, and no context is rendered."""
     calls = [
         _Call(
             call_id=r[0],
@@ -489,17 +519,21 @@ def _conversation(
             contexts.append([tools])
             offset = len(tools)
             compactions = [start for start in compactions if start > seq]
-        text = render_message(role, content, tool_calls, name)
+        if texts:
+            text = render_message(role, content, tool_calls, name)
+            contexts[-1].append(text)
+            size, reasoning_chars = len(text), len(reasoning or "")
+        else:
+            size, reasoning_chars = rendered_length(role, content, tool_calls, name), reasoning or 0
         if role == "assistant" and call_id is not None and call_id not in ends:
             ends[call_id] = (len(contexts) - 1, offset)
-            output_chars[call_id] = len(text) + len(reasoning or "")
-        contexts[-1].append(text)
-        offset += len(text)
+            output_chars[call_id] = size + reasoning_chars
+        offset += size
     for call in calls:
         if call.call_id in ends:
             call.context, call.input_chars = ends[call.call_id]
             call.output_chars = output_chars[call.call_id]
-    return calls, ["".join(pieces) for pieces in contexts]
+    return calls, ["".join(pieces) for pieces in contexts] if texts else []
 
 
 PLAUSIBLE_CHARS_PER_TOKEN = (1.0, 10.0)
@@ -678,7 +712,7 @@ def _calibrate(
     points: dict[str, dict[str | None, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
     output_points: dict[str, list[tuple[int, int]]] = defaultdict(list)
     models: set[str] = set()
-    for sizes in _map_batches(con, call_sizes, (), workers):
+    for sizes in _map_batches(con, call_sizes, (), workers, lengths=True):
         for call in sizes:
             models.add(call.model)
             if call.usage_reported and call.input_tokens and call.input_chars:
@@ -899,7 +933,7 @@ def load_requests(
     """
     # Two passes over the conversations: the first fits the calibration the second needs to place
     # block boundaries. Keeping every rendered conversation between them would hold the store's
-    # text in memory, so each is rendered twice instead.
+    # text in memory; the first reads only the messages' lengths, and the second renders them.
     calibration = _calibrate(con, workers)
     # Each block digest gets a provisional id as it comes in, so a request holds a compact array
     # rather than its digests; the ids are renumbered by first use in arrival order at the end.
