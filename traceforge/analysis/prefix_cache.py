@@ -5,8 +5,8 @@ each message before the assistant message the call produced (role, text, tool ca
 results; reasoning is left out, as clients drop it when re-sending). Where the source marks a
 context compaction (`traces.attributes.compactions`, from Claude Code), a call after it sees the
 tool definitions, then the messages from the compaction's summary on: the history before it was
-no longer in the model's context, so it is neither rendered nor hashed. The rendered text is cut into
-blocks of `BLOCK_SIZE` tokens and each block gets a hash of its text and the hash of the block
+no longer in the model's context, so it is neither rendered nor hashed. The rendered text is cut
+into blocks of `BLOCK_SIZE` tokens and each block gets a hash of its text and the hash of the block
 before it, so equal ids mean equal prefixes, as in the Mooncake trace format. The hash chain is
 seeded with the model name: two models never share KV.
 
@@ -597,8 +597,8 @@ def fit_calibration(
     slope x mean characters, kept between 0 and the workload's smallest reported input, and where
     an overhead is held at such a bound the slope is fitted again with it fixed there. When the
     slope is undefined or implausible (outside 1-10 characters per token, as when logs hold a
-    history the model never saw after context compaction), the plain ratio of the sums is used
-    with no overhead. Models without reported usage get 4 characters per token.
+    history the model never saw after a context compaction they do not mark), the plain ratio of
+    the sums is used with no overhead. Models without reported usage get 4 characters per token.
 
     `output_points[model]` are (response characters, reported output tokens) of calls that reported
     their whole output; the output ratio is the ratio of their sums. Where a model has none, or
