@@ -397,6 +397,9 @@ def test_a_compacted_session_is_a_row_per_context_and_an_rl_row_per_session(runn
     for messages, ids in zip((first, later), tool_ids, strict=True):
         assert [c["id"] for m in messages for c in m["tool_calls"] or []] == ids
     assert "later contexts of compacted sessions" in (out / "README.md").read_text()
+    again = run(runner, "export", "sft", "--db", str(db), "--out", str(out), "--split", "train=1.0", "--json")
+    assert again.exit_code == 0, again.output
+    assert (json.loads(again.output)["selected"], json.loads(again.output)["later_contexts"]) == (2, 1)
 
     rl = tmp_path / "rl"
     assert (

@@ -66,7 +66,7 @@ class Conversation:
 
     @property
     def call_ids(self) -> set[str]:
-        return {call["id"] for m in self.messages for call in m["tool_calls"] or []}
+        return {call["id"] for call in _calls(self.messages)}
 
     def with_messages(self, messages: list[dict[str, Any]]) -> Conversation:
         return replace(self, messages=messages)
