@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
+import statistics
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from traceforge import store
-from traceforge.analysis.prefix_cache import estimate_tokens, load_requests
+from traceforge.analysis.prefix_cache import estimate_tokens, load_requests, provider_comparison, simulate
 from traceforge.analysis.workloads import assign_workloads, compute_workloads
 from traceforge.cli import cli
 from traceforge.ingest import anthropic_messages, claude_code, openai_chat
@@ -618,6 +619,61 @@ def test_real_session_after_its_compaction_shares_only_the_overhead_with_the_his
     overhead_blocks = overhead // 512
     for late in after:
         assert max(_shared_prefix(late, early) for early in before) <= overhead_blocks
+
+
+def test_tokens_a_log_leaves_out_are_reused_by_the_calls_after_them(runner, db_path, tmp_path):
+    """The compacted fixture with 3,000 tokens more in every call's input from its second on (a
+    reminder the client added that the log does not hold): the calls after it re-send those
+    tokens, so each call's blocks start with all of the previous call's full blocks, and an
+    unlimited cache misses only about what each call added."""
+    hidden = 3000
+    lines = raw_lines(FIXTURES / "compacted_session.jsonl")
+    calls = [line for line in lines if line["type"] == "assistant"]
+    for call in calls[1:4]:  # the calls before the compaction, after the first
+        call["message"]["usage"]["cache_read_input_tokens"] += hidden
+    path = tmp_path / "hidden_reminder.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    ingest(runner, db_path, path)
+    block = 16
+    before, _, _ = _compacted_requests(db_path, "55555555-5555-4555-8555-555555555555", block)
+    assert [r.input_length for r in before][1:] == [
+        sum(
+            c["message"]["usage"][k]
+            for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+        )
+        for c in calls[1:4]
+    ]
+    hits = simulate(before, block_size=block).per_request_hit_tokens
+    for (previous, call), hit in zip(itertools.pairwise(before), hits[1:], strict=True):
+        assert _shared_prefix(previous, call) >= len(previous.hash_ids) - 1
+        assert call.input_length - hit <= call.input_length - previous.input_length + 2 * block
+
+
+def test_real_session_misses_about_what_the_provider_reported_missing(shared_data, runner, db_path):
+    """The real session's log leaves out part of what Claude Code sent (reported input grows faster
+    than the rendered text on about half its calls): with those tokens kept in the chain for the
+    calls after them, an unlimited cache's hit ratio is within 2 points of the provider's, and the
+    median call's uncached input is near the provider's (6.2k tokens against 472 when each
+    call's shortfall counted as never reused)."""
+    ingest(runner, db_path, *real_files(shared_data))
+    con = store.connect(db_path)
+    try:
+        assign_workloads(con)
+        log = load_requests(con)
+    finally:
+        con.close()
+    assert log.counts["padded"] > 20, "the log falls short on many calls: the test would not show reuse"
+    comparison = provider_comparison(log.requests)
+    assert comparison["simulated_unlimited_hit_ratio"] == pytest.approx(
+        comparison["reported_hit_ratio"], abs=0.02
+    )
+    hits = simulate(log.requests).per_request_hit_tokens
+    reported = [
+        (r, hit) for r, hit in zip(log.requests, hits, strict=True) if r.cache_read_tokens is not None
+    ]
+    simulated_miss = statistics.median(r.input_length - hit for r, hit in reported)
+    provider_miss = statistics.median(r.input_length - r.cache_read_tokens for r, _ in reported)
+    assert provider_miss / 2 <= simulated_miss <= provider_miss * 2
 
 
 @pytest.mark.parametrize("name", ["parallel_session.jsonl", "branched_session.jsonl"])

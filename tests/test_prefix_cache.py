@@ -21,6 +21,7 @@ from traceforge.analysis.prefix_cache import (
     BLOCK_SIZE,
     CONVERSATION_TABLES,
     Request,
+    _ChainText,
     _read_batch,
     call_sizes,
     fit_calibration,
@@ -429,3 +430,32 @@ def test_the_calibration_reads_the_same_sizes_from_lengths_as_from_the_texts(tmp
         by_texts.extend(call_sizes(_read_batch(con, False, batch)))
     assert len(by_texts) > 100 and sum(1 for c in by_texts if c.input_chars) > 100
     assert by_lengths == by_texts
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(alphabet="abcdefgh", min_size=1, max_size=60),
+    st.lists(st.tuples(st.integers(0, 60), st.text(alphabet="XYZ", min_size=1, max_size=7)), max_size=6),
+    st.data(),
+)
+def test_a_chain_with_stand_ins_slices_as_the_text_they_make(text, inserts, data):
+    """`_ChainText` is sliced as the string it stands for: the text with each stand-in inserted
+    where it was (stand-ins go in text order; one before an earlier cut is refused)."""
+    chain = _ChainText(text)
+    expected, shift, last = text, 0, 0
+    for position, stand_in in sorted(inserts):
+        position = min(position, len(text))
+        chain.hide(position, len(stand_in), stand_in)
+        at = position + shift
+        expected = expected[:at] + stand_in + expected[at:]
+        shift += len(stand_in)
+        assert chain.end(position) == at + len(stand_in)
+        last = position
+    assert chain.hidden_before(len(text)) == shift
+    assert chain.end(len(text)) == len(expected)
+    start = data.draw(st.integers(0, len(expected)))
+    stop = data.draw(st.integers(start, len(expected)))
+    assert chain[start:stop] == expected[start:stop]
+    chain.cut_to(len(text))
+    if last < len(text):
+        assert not chain.hide(last, 1, "Q"), "a stand-in before where blocks were cut would change them"

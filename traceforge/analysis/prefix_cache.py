@@ -18,10 +18,13 @@ estimates the tokens of calls that reported none, so the two are consistent. Out
 its own per model, fitted on the calls that reported their whole output.
 
 A request's length is the reported input tokens where the source gave them, else the estimate;
-its hash ids are the first ceil(length / BLOCK_SIZE) ids of the chain, followed by ids unique to
-the call if the estimate fell short (the tail then counts as never reused). Its output length is
-the reported output tokens, else the response's characters over the model's output ratio; where
-the reported count is only a lower bound (`llm_calls.output_tokens_partial`), the larger of the two.
+its hash ids are the first ceil(length / BLOCK_SIZE) ids of the chain. Where a call reported more
+input than its text and the calls before it showed (what the log left out), a stand-in for the
+difference joins the chain where its input ends, so the later calls reuse it (`_ChainText`); ids
+unique to the call fill a tail the chain still cannot (it then counts as never reused). Its
+output length is the reported output tokens, else the response's characters over the model's
+output ratio; where the reported count is only a lower bound (`llm_calls.output_tokens_partial`),
+the larger of the two.
 
 The simulator walks the requests in arrival order: a request hits on the leading run of its ids
 that are in the cache (a prefix cache stops at the first miss), then all its blocks are stored.
@@ -33,6 +36,7 @@ request's length, over the sum of lengths.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import hashlib
 import json
@@ -767,7 +771,7 @@ def estimate_tokens(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
 
 
 def _block_digests(
-    text: str, end: int, chars_per_block: float, seed: bytes, cache: list[bytes]
+    text: str | _ChainText, end: int, chars_per_block: float, seed: bytes, cache: list[bytes]
 ) -> tuple[int, bytes | None]:
     """The blocks of text[:end]: how many full blocks it has (their digests are `cache[:full]`,
     `cache` being the chain of full blocks of `text` computed so far, extended here as needed) and
@@ -785,13 +789,86 @@ def _block_digests(
     return full, hashlib.blake2b(previous + text[start:end].encode(), digest_size=DIGEST_BYTES).digest()
 
 
+class _ChainText:
+    """A chain's text (the overhead's stand-in, then one rendered context) with stand-ins for the
+    tokens a call reported beyond it inserted where that call's input ends.
+
+    A log may not hold everything the client sent (Claude Code leaves out the reminders and
+    attachments it adds to a turn, and the thinking it re-sends): a call's reported input then
+    exceeds its rendered text's estimate. Those tokens were in the conversation from that turn on,
+    and the later calls of the context re-sent them as part of their prefix, so the stand-in goes
+    into the chain's text, where every later call's blocks hold it, and only the part of a call's
+    shortfall that the calls before it did not already show is added. Sliced like a string."""
+
+    __slots__ = ("_at", "_chars_through", "_reach", "_stand_ins", "_starts", "_tokens_through", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._at: list[int] = []  # where each stand-in goes in `text`, in order
+        self._starts: list[int] = []  # where each stand-in starts in the chain's text
+        self._stand_ins: list[str] = []
+        self._chars_through: list[int] = []  # stand-in characters up to and including each
+        self._tokens_through: list[int] = []  # stand-in tokens up to and including each
+        self._reach = 0  # the furthest position in `text` a call's blocks have been cut to
+
+    def end(self, position: int) -> int:
+        """Where text[:position] ends in the chain's text: after the stand-ins inserted up to it."""
+        k = bisect.bisect_right(self._at, position)
+        return position + self._chars_through[k - 1] if k else position
+
+    def hidden_before(self, position: int) -> int:
+        """Stand-in tokens a call whose input ends at text[:position] holds."""
+        k = bisect.bisect_right(self._at, position)
+        return self._tokens_through[k - 1] if k else 0
+
+    def cut_to(self, position: int) -> None:
+        """Note that a call's blocks were cut up to text[:position] (and the stand-ins there)."""
+        self._reach = max(self._reach, position)
+
+    def hide(self, position: int, tokens: int, stand_in: str) -> bool:
+        """Insert `stand_in` (for `tokens` tokens) at text[position], after the stand-ins already
+        there; refused where a call's blocks were cut past it, which would change them."""
+        if position < self._reach or not stand_in:
+            return False
+        self._starts.append(self.end(position))
+        self._at.append(position)
+        self._stand_ins.append(stand_in)
+        self._chars_through.append((self._chars_through[-1] if self._chars_through else 0) + len(stand_in))
+        self._tokens_through.append((self._tokens_through[-1] if self._tokens_through else 0) + tokens)
+        return True
+
+    def __getitem__(self, part: slice) -> str:
+        start, stop = part.start, part.stop
+        if not self._at:
+            return self.text[start:stop]
+        pieces = []
+        i = bisect.bisect_right(self._starts, start) - 1  # the last stand-in starting at or before `start`
+        if i < 0 or start >= self._starts[i] + len(self._stand_ins[i]):
+            i += 1  # `start` is in the text, before stand-in i
+        position = start
+        while position < stop:
+            if i < len(self._starts) and self._starts[i] <= position:
+                first = self._starts[i]
+                upto = min(stop, first + len(self._stand_ins[i]))
+                pieces.append(self._stand_ins[i][position - first : upto - first])
+                i += 1
+            else:  # the text between stand-in i - 1 and stand-in i
+                upto = min(stop, self._starts[i]) if i < len(self._starts) else stop
+                shift = self._chars_through[i - 1] if i else 0
+                pieces.append(self.text[position - shift : upto - shift])
+            position = upto
+        return "".join(pieces)
+
+
+def _stand_in(unit: str, chars: int) -> str:
+    """`chars` characters of `unit` repeated."""
+    return (unit * (chars // len(unit) + 1))[:chars] if chars > 0 else ""
+
+
 def _overhead_text(workload: str | None, model: str, chars: int) -> str:
     """Stand-in text for a workload's unrendered overhead: the same for every trace of the
     workload and model (they share that system prompt and those tools), different otherwise."""
-    if chars <= 0:
-        return ""
-    unit = f"\x00{workload}\x00{model}"
-    return (unit * (chars // len(unit) + 1))[:chars]
+    return _stand_in(f"\x00{workload}\x00{model}", chars)
 
 
 REQUEST_COUNTS = (
@@ -826,50 +903,60 @@ def batch_requests(
     traces = []
     for calls, texts in _conversations(batch):
         # (model, context) -> the text its blocks are cut from, its full blocks so far
-        chains: dict[tuple[str, int], tuple[str, list[bytes]]] = {}
+        chains: dict[tuple[str, int], tuple[_ChainText, list[bytes]]] = {}
         used: dict[tuple[str, int], int] = {}  # chain -> full blocks some request starts with
         made: list[tuple[Request, int, tuple[str, int] | None, int, list[bytes]]] = []
         previous: Request | None = None
         for call in calls:
             counts["calls"] += 1
             ratio = calibration.chars_per_token[call.model]
-            estimated_input = (
-                calibration.input_tokens(call.workload, call.model, call.input_chars)
-                if call.input_chars
-                else None
-            )
-            if call.usage_reported and call.input_tokens:
-                length, input_estimated = call.input_tokens, False
-            elif estimated_input:
-                length, input_estimated = estimated_input, True
-            else:
-                counts["without_size"] += 1
-                continue
-            needed = math.ceil(length / block_size)
-            chain_key, prefix, tail = None, 0, []
+            chain_key, position, hidden, rendered_tokens = None, 0, 0, 0
+            estimated_input = None
             if call.input_chars is not None:
                 text = texts[call.context]
-                key = (call.model, call.context)
-                if key not in chains:
+                chain_key = (call.model, call.context)
+                if chain_key not in chains:
                     # every context starts with the same overhead and tools: their blocks are shared
                     overhead = _overhead_text(
                         call.workload,
                         call.model,
                         round(calibration.overhead(call.workload, call.model) * ratio),
                     )
-                    chains[key] = (overhead + text, [])
-                full_text, chain = chains[key]
+                    chains[chain_key] = (_ChainText(overhead + text), [])
+                chain_text = chains[chain_key][0]
+                position = len(chain_text.text) - len(text) + call.input_chars
+                hidden = chain_text.hidden_before(position)
+                rendered_tokens = calibration.input_tokens(call.workload, call.model, call.input_chars)
+                estimated_input = rendered_tokens if call.input_chars else None
+            if call.usage_reported and call.input_tokens:
+                length, input_estimated = call.input_tokens, False
+            elif estimated_input:
+                # the tokens the calls before it reported beyond their text are in its input too
+                length, input_estimated = estimated_input + hidden, True
+            else:
+                counts["without_size"] += 1
+                continue
+            needed = math.ceil(length / block_size)
+            prefix, tail = 0, []
+            if chain_key is not None:
+                chain_text, chain = chains[chain_key]
+                shortfall = length - rendered_tokens - hidden
+                if shortfall > 0:  # tokens the log does not show: a stand-in for them joins the chain
+                    counts["padded"] += 1
+                    unit = f"\x01{call.trace_id}\x01{call.context}"
+                    chain_text.hide(position, shortfall, _stand_in(unit, round(shortfall * ratio)))
                 seed = hashlib.blake2b(call.model.encode(), digest_size=DIGEST_BYTES).digest()
-                end = len(full_text) - len(text) + call.input_chars
-                full, partial = _block_digests(full_text, end, block_size * ratio, seed, chain)
-                chain_key, prefix = key, min(full, needed)
-                used[key] = max(used.get(key, 0), prefix)
+                chain_text.cut_to(position)
+                full, partial = _block_digests(
+                    chain_text, chain_text.end(position), block_size * ratio, seed, chain
+                )
+                prefix = min(full, needed)
+                used[chain_key] = max(used.get(chain_key, 0), prefix)
                 if partial is not None:
                     tail.append(partial)
             else:
                 counts["without_text"] += 1
-            if prefix + len(tail) < needed:
-                counts["padded"] += 1 if prefix + len(tail) else 0
+            if prefix + len(tail) < needed:  # the chain falls short by rounding, or there is no text
                 for i in range(prefix + len(tail), needed):
                     tail.append(
                         hashlib.blake2b(f"{call.call_id}#{i}".encode(), digest_size=DIGEST_BYTES).digest()
