@@ -131,7 +131,7 @@ class Selection:
     conversations: list[Conversation]
     split: dict[str, str]  # trace_id -> split name
     matched: int  # traces that matched the criteria in the store
-    dropped: Counter = field(default_factory=Counter)  # reason -> traces
+    dropped: Counter = field(default_factory=Counter)  # reason -> conversations (see `select`)
 
     def by_split(self) -> dict[str, list[Conversation]]:
         out: dict[str, list[Conversation]] = {}
@@ -151,7 +151,8 @@ def select(
 
     `prepare` is applied to each usable conversation before the limits and dedup (the export
     pipeline passes the redactor). Conversations that cannot be training examples (see
-    `Conversation.problem`) are dropped under their problem's name.
+    `Conversation.problem`) are dropped under their problem's name. `dropped` counts
+    conversations: with `by_context`, a compacted trace's contexts count apart, as its rows do.
     """
     trace_ids = matching_trace_ids(con, criteria)
     dropped: Counter = Counter()
