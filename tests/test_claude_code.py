@@ -651,7 +651,7 @@ def test_tokens_a_log_leaves_out_are_reused_by_the_calls_after_them(runner, db_p
 
 def test_real_session_misses_about_what_the_provider_reported_missing(shared_data, runner, db_path):
     """The real session's log leaves out part of what Claude Code sent (reported input grows faster
-    than the rendered text on about half its calls): with those tokens kept in the chain for the
+    than the rendered text on a quarter of its calls): with those tokens kept in the chain for the
     calls after them, an unlimited cache's hit ratio is within 2 points of the provider's, and the
     median call's uncached input is near the provider's (6.2k tokens against 472 when each
     call's shortfall counted as never reused)."""
