@@ -956,7 +956,7 @@ def batch_requests(
                     tail.append(partial)
             else:
                 counts["without_text"] += 1
-            if prefix + len(tail) < needed:  # the chain falls short by rounding, or there is no text
+            if prefix + len(tail) < needed:  # the chain falls short (rounding, a stand-in refused) or no text
                 for i in range(prefix + len(tail), needed):
                     tail.append(
                         hashlib.blake2b(f"{call.call_id}#{i}".encode(), digest_size=DIGEST_BYTES).digest()
