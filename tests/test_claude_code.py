@@ -552,7 +552,8 @@ def record(value: dict) -> Record:
 
 
 def _compacted_requests(db_path: Path, session: str, block_size: int):
-    """The session's requests split at its (first) compaction, with the model's fit."""
+    """The session's requests split at its (first) compaction, and the request log (its fit and
+    counts)."""
     con = store.connect(db_path)
     try:
         assign_workloads(con)
@@ -573,7 +574,7 @@ def _compacted_requests(db_path: Path, session: str, block_size: int):
     mine = [r for r in log.requests if r.session_id == session]
     before = [r for r in mine if first_seq[r.call_id] < boundary]
     after = [r for r in mine if first_seq[r.call_id] > boundary]
-    return before, after, log.chars_per_token
+    return before, after, log
 
 
 def _shared_prefix(a, b) -> int:
@@ -590,9 +591,10 @@ def test_a_call_after_a_compaction_is_rendered_from_the_summary_on(runner, db_pa
     the calls before only the overhead's."""
     ingest(runner, db_path, FIXTURES / "compacted_session.jsonl")
     block = 16
-    before, after, fits = _compacted_requests(db_path, "55555555-5555-4555-8555-555555555555", block)
+    before, after, log = _compacted_requests(db_path, "55555555-5555-4555-8555-555555555555", block)
     assert (len(before), len(after)) == (4, 3)
-    fit = fits["claude-opus-4-6"]
+    assert log.counts["padded"] == 0, "every call's input is its rendered text and the overhead"
+    fit = log.chars_per_token["claude-opus-4-6"]
     assert fit["method"] == "fixed-effects"
     assert fit["chars_per_token"] == pytest.approx(3.0, rel=0.01)
     [overhead] = fit["overhead_tokens"].values()
@@ -609,9 +611,9 @@ def test_real_session_after_its_compaction_shares_only_the_overhead_with_the_his
     shared_data, runner, db_path
 ):
     ingest(runner, db_path, shared_data / "claude-code" / f"{SESSION}.jsonl")
-    before, after, fits = _compacted_requests(db_path, SESSION, 512)
+    before, after, log = _compacted_requests(db_path, SESSION, 512)
     assert len(before) > 10 and len(after) > 10
-    fit = fits["claude-opus-4-6"]
+    fit = log.chars_per_token["claude-opus-4-6"]
     # rendering the history the model no longer saw made the fit fall back to the plain ratio
     assert fit["method"] == "fixed-effects"
     assert 1.0 < fit["chars_per_token"] < 10.0
@@ -622,11 +624,12 @@ def test_real_session_after_its_compaction_shares_only_the_overhead_with_the_his
 
 
 def test_tokens_a_log_leaves_out_are_reused_by_the_calls_after_them(runner, db_path, tmp_path):
-    """The compacted fixture with 3,000 tokens more in every call's input from its second on (a
-    reminder the client added that the log does not hold): the calls after it re-send those
-    tokens, so each call's blocks start with all of the previous call's full blocks, and an
-    unlimited cache misses only about what each call added."""
-    hidden = 3000
+    """The compacted fixture with 320 tokens more in every call's input from its second on (a
+    reminder the client added that the log does not hold): the fit stays a line per model, the
+    calls it falls short on are counted, and the calls after them re-send those tokens, so each
+    call's blocks start with all of the previous call's full blocks, and an unlimited cache misses
+    only about what each call added."""
+    hidden = 320
     lines = raw_lines(FIXTURES / "compacted_session.jsonl")
     calls = [line for line in lines if line["type"] == "assistant"]
     for call in calls[1:4]:  # the calls before the compaction, after the first
@@ -635,7 +638,9 @@ def test_tokens_a_log_leaves_out_are_reused_by_the_calls_after_them(runner, db_p
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     ingest(runner, db_path, path)
     block = 16
-    before, _, _ = _compacted_requests(db_path, "55555555-5555-4555-8555-555555555555", block)
+    before, _, log = _compacted_requests(db_path, "55555555-5555-4555-8555-555555555555", block)
+    assert log.chars_per_token["claude-opus-4-6"]["method"] == "fixed-effects"
+    assert log.counts["padded"] > 0
     assert [r.input_length for r in before][1:] == [
         sum(
             c["message"]["usage"][k]

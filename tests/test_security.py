@@ -62,6 +62,8 @@ PASTED_INTO_SQL = {
     ("analysis/prefix_cache.py", "where"): "TraceBatch.within: a row-id range (values bound), c.copy_of",
     ("analysis/prefix_cache.py", "content"): "m.content, or its length(): written in the code",
     ("analysis/prefix_cache.py", "reasoning"): "m.reasoning, or its length(): written in the code",
+    ("analysis/prefix_cache.py", "store.COMPACTION_STARTS_SQL"): "a constant column expression",
+    ("export/source.py", "store.COMPACTION_STARTS_SQL"): "a constant column expression",
     ("ingest/copies.py", "table"): "a loop over the dependency analysis's table names",
     ("store.py", "table"): "insert_frame's table: writer.SCHEMAS and the analysis tables, named by callers",
     ("store.py", "column"): "migration 11's NOT NULL columns, written in the code",

@@ -7,10 +7,11 @@ Never edit a migration that has shipped: append a new one.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import os
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -632,6 +633,26 @@ def registered_ids(
     """`trace_ids` visible to SQL on `con` as the one-column table `name` (trace_id) for the
     duration of the block: what a query joins on to read some traces' rows."""
     return registered(con, name, pl.DataFrame({"trace_id": trace_ids}, schema={"trace_id": pl.Utf8}))
+
+
+# Where a trace's later contexts start: the message seq of each compaction's summary
+# (`traces.attributes.compactions`, written by the Claude Code reader), as an INTEGER[], or NULL for
+# a trace never compacted. A column expression over `traces` aliased `t`.
+COMPACTION_STARTS_SQL = (
+    "CASE WHEN json_exists(t.attributes, '$.compactions') "
+    "THEN json_extract(t.attributes, '$.compactions[*].message_seq')::INTEGER[] END"
+)
+
+
+def context_of(starts: list[int], seq: int) -> int:
+    """Which context of its trace the message `seq` is in: 0 before the first compaction, k after
+    the k-th. `starts`: `context_starts` of the trace."""
+    return bisect.bisect_right(starts, seq)
+
+
+def context_starts(compaction_starts: Iterable[int | None] | None) -> list[int]:
+    """A `COMPACTION_STARTS_SQL` value as `context_of` takes it: distinct, sorted, without nulls."""
+    return sorted({seq for seq in compaction_starts or () if seq is not None})
 
 
 def insert_frame(con: duckdb.DuckDBPyConnection, table: str, frame: pl.DataFrame) -> None:

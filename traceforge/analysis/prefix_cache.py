@@ -390,9 +390,7 @@ def _calls_sql(where: str) -> str:
     SELECT c.trace_id, c.call_id, c.seq, coalesce(c.model, '(unknown)'), w.workload,
            epoch_ms(c.started_at), epoch_ms(c.ended_at), c.duration_ms, epoch_ms(t.started_at),
            c.input_tokens, c.cache_read_tokens, c.output_tokens, c.usage_reported,
-           coalesce(c.output_tokens_partial, false),
-           CASE WHEN json_exists(t.attributes, '$.compactions')
-                THEN json_extract(t.attributes, '$.compactions[*].message_seq')::INTEGER[] END
+           coalesce(c.output_tokens_partial, false), {store.COMPACTION_STARTS_SQL}
     FROM llm_calls c JOIN _tf_batch USING (trace_id) JOIN traces t USING (trace_id)
     LEFT JOIN trace_workloads w USING (trace_id)
     {where}
@@ -466,7 +464,7 @@ def _map_batches(
     return (function(*shared, batch) for batch in read)
 
 
-def _conversations(batch: ConversationBatch) -> Iterator[tuple[list[_Call], list[str]]]:
+def _conversations(batch: ConversationBatch) -> Iterator[tuple[list[_Call], dict[int, str]]]:
     """Per trace of `batch`: its calls (with input and output character counts filled in) and its
     rendered contexts (see `_conversation`; none when the batch holds only lengths)."""
     calls, messages, defs = (
@@ -485,7 +483,7 @@ def _conversations(batch: ConversationBatch) -> Iterator[tuple[list[_Call], list
 
 def _conversation(
     trace_id: str, call_rows: list[tuple], message_rows: list[tuple], def_rows: list[tuple], texts: bool
-) -> tuple[list[_Call], list[str]]:
+) -> tuple[list[_Call], dict[int, str]]:
     """A trace's calls and its rendered contexts: the tool definitions and the messages, and after
     each compaction the tool definitions again and the messages from its summary on. A call's
     `input_chars` is the length of its context's text before the assistant message it produced.
@@ -511,33 +509,32 @@ def _conversation(
         )
         for r in call_rows
     ]
-    # the first message of each compacted context (every call row of a trace carries them)
-    compactions = sorted({seq for seq in call_rows[0][13] or () if seq is not None}) if call_rows else []
+    starts = store.context_starts(call_rows[0][13]) if call_rows else []  # every call row has them
     tools = render_tools(def_rows)
-    contexts = [[tools]]
-    offset = len(tools)
+    contexts: dict[int, list[str]] = {}  # context -> its rendered pieces
+    offset = 0
     ends: dict[str, tuple[int, int]] = {}  # call id -> (context, offset)
     output_chars: dict[str, int] = {}
     for seq, role, content, tool_calls, name, call_id, reasoning in message_rows:
-        if compactions and seq >= compactions[0]:
-            contexts.append([tools])
+        context = store.context_of(starts, seq)
+        if context not in contexts:  # every context starts with the tool definitions
+            contexts[context] = [tools]
             offset = len(tools)
-            compactions = [start for start in compactions if start > seq]
         if texts:
             text = render_message(role, content, tool_calls, name)
-            contexts[-1].append(text)
+            contexts[context].append(text)
             size, reasoning_chars = len(text), len(reasoning or "")
         else:
             size, reasoning_chars = rendered_length(role, content, tool_calls, name), reasoning or 0
         if role == "assistant" and call_id is not None and call_id not in ends:
-            ends[call_id] = (len(contexts) - 1, offset)
+            ends[call_id] = (context, offset)
             output_chars[call_id] = size + reasoning_chars
         offset += size
     for call in calls:
         if call.call_id in ends:
             call.context, call.input_chars = ends[call.call_id]
             call.output_chars = output_chars[call.call_id]
-    return calls, ["".join(pieces) for pieces in contexts] if texts else []
+    return calls, {context: "".join(pieces) for context, pieces in contexts.items()} if texts else {}
 
 
 PLAUSIBLE_CHARS_PER_TOKEN = (1.0, 10.0)
@@ -923,7 +920,7 @@ def batch_requests(
                         round(calibration.overhead(call.workload, call.model) * ratio),
                     )
                     chains[chain_key] = (_ChainText(overhead + text), [])
-                chain_text = chains[chain_key][0]
+                chain_text, chain = chains[chain_key]
                 position = len(chain_text.text) - len(text) + call.input_chars
                 hidden = chain_text.hidden_before(position)
                 rendered_tokens = calibration.input_tokens(call.workload, call.model, call.input_chars)
@@ -939,7 +936,6 @@ def batch_requests(
             needed = math.ceil(length / block_size)
             prefix, tail = 0, []
             if chain_key is not None:
-                chain_text, chain = chains[chain_key]
                 shortfall = length - rendered_tokens - hidden
                 if shortfall > 0:  # tokens the log does not show: a stand-in for them joins the chain
                     counts["padded"] += 1

@@ -24,7 +24,6 @@ trace is not (the model never saw the history and the summary together).
 
 from __future__ import annotations
 
-import bisect
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -99,10 +98,8 @@ def load_conversations(
         return []
     with store.registered_ids(con, "_tf_export_ids", trace_ids):
         traces = con.execute(
-            """
-            SELECT t.trace_id, t.workload, t.outcome, c.model,
-                   CASE WHEN json_exists(t.attributes, '$.compactions')
-                        THEN json_extract(t.attributes, '$.compactions[*].message_seq')::INTEGER[] END
+            f"""
+            SELECT t.trace_id, t.workload, t.outcome, c.model, {store.COMPACTION_STARTS_SQL}
             FROM traces t
             JOIN _tf_export_ids USING (trace_id)
             LEFT JOIN (
@@ -152,15 +149,15 @@ def load_conversations(
     defs_of = rows_by_trace(defs)
     by_id: dict[str, list[Conversation]] = {}
     for trace_id, workload, outcome, model, compactions in traces:
-        starts = sorted({seq for seq in compactions or () if seq is not None}) if by_context else []
+        starts = store.context_starts(compactions) if by_context else []
         peaks: dict[int, int] = {}
         for first_seq, tokens in sizes_of.get(trace_id, []):
             if tokens is not None:
-                context = bisect.bisect_right(starts, first_seq) if first_seq is not None else 0
+                context = store.context_of(starts, first_seq) if first_seq is not None else 0
                 peaks[context] = max(peaks.get(context, 0), int(tokens))
         rows_of_context: dict[int, list[tuple]] = {}
         for seq, *row in messages_of.get(trace_id, []):
-            rows_of_context.setdefault(bisect.bisect_right(starts, seq), []).append(tuple(row))
+            rows_of_context.setdefault(store.context_of(starts, seq), []).append(tuple(row))
         conversations = []
         contexts = sorted(rows_of_context) or [0]
         for context in contexts:
