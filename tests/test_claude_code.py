@@ -623,13 +623,20 @@ def test_real_session_after_its_compaction_shares_only_the_overhead_with_the_his
         assert max(_shared_prefix(late, early) for early in before) <= overhead_blocks
 
 
-def test_tokens_a_log_leaves_out_are_reused_by_the_calls_after_them(runner, db_path, tmp_path):
-    """The compacted fixture with 320 tokens more in every call's input from its second on (a
-    reminder the client added that the log does not hold): the fit stays a line per model, the
-    calls it falls short on are counted, and the calls after them re-send those tokens, so each
-    call's blocks start with all of the previous call's full blocks, and an unlimited cache misses
-    only about what each call added."""
-    hidden = 320
+@pytest.mark.parametrize(
+    ("hidden", "method"),
+    # 3,000 tokens bend the line past 10 characters per token, and the plain ratio of the sums,
+    # the system prompt's 8,300 tokens in it, is under 1: the text counts at 4 characters per token
+    [(320, "fixed-effects"), (3000, "default-slope")],
+)
+def test_tokens_a_log_leaves_out_are_reused_by_the_calls_after_them(
+    runner, db_path, tmp_path, hidden, method
+):
+    """The compacted fixture with `hidden` tokens more in every call's input from its second on (a
+    reminder the client added that the log does not hold): the fit is as `method` says, the calls
+    it falls short on are counted, and the calls after them re-send those tokens, so each call's
+    blocks start with all of the previous call's full blocks, and an unlimited cache misses only
+    about what each call added."""
     lines = raw_lines(FIXTURES / "compacted_session.jsonl")
     calls = [line for line in lines if line["type"] == "assistant"]
     for call in calls[1:4]:  # the calls before the compaction, after the first
@@ -639,7 +646,9 @@ def test_tokens_a_log_leaves_out_are_reused_by_the_calls_after_them(runner, db_p
     ingest(runner, db_path, path)
     block = 16
     before, _, log = _compacted_requests(db_path, "55555555-5555-4555-8555-555555555555", block)
-    assert log.chars_per_token["claude-opus-4-6"]["method"] == "fixed-effects"
+    fit = log.chars_per_token["claude-opus-4-6"]
+    assert fit["method"] == method
+    assert 1.0 <= fit["chars_per_token"] <= 10.0
     assert log.counts["padded"] > 0
     assert [r.input_length for r in before][1:] == [
         sum(
@@ -652,6 +661,29 @@ def test_tokens_a_log_leaves_out_are_reused_by_the_calls_after_them(runner, db_p
     for (previous, call), hit in zip(itertools.pairwise(before), hits[1:], strict=True):
         assert _shared_prefix(previous, call) >= len(previous.hash_ids) - 1
         assert call.input_length - hit <= call.input_length - previous.input_length + 2 * block
+
+
+def test_a_call_without_usage_in_a_log_hiding_most_of_its_input_is_estimated_near_its_size(
+    runner, db_path, tmp_path
+):
+    """The compacted fixture with 3,000 tokens the log does not show in each call's input from its
+    second on, and one call's usage gone: its estimate is the calls' overhead, its text at 4
+    characters per token and the hidden tokens before it, within 1% of what it had (the plain
+    ratio, 0.11 characters per token, made it 3x that)."""
+    lines = raw_lines(FIXTURES / "compacted_session.jsonl")
+    calls = [line for line in lines if line["type"] == "assistant"]
+    for call in calls[1:4]:
+        call["message"]["usage"]["cache_read_input_tokens"] += 3000
+    usage = calls[3]["message"].pop("usage")
+    had = sum(usage[k] for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"))
+    path = tmp_path / "no_usage.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    ingest(runner, db_path, path)
+    before, _, log = _compacted_requests(db_path, "55555555-5555-4555-8555-555555555555", 16)
+    assert log.chars_per_token["claude-opus-4-6"]["method"] == "default-slope"
+    estimated = [r for r in before if r.input_estimated]
+    assert [r.call_id for r in estimated] == [calls[3]["message"]["id"]]
+    assert estimated[0].input_length == pytest.approx(had, rel=0.01)
 
 
 def test_real_session_misses_about_what_the_provider_reported_missing(shared_data, runner, db_path):

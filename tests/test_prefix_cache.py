@@ -155,11 +155,20 @@ def test_calibration_fits_overhead_and_ratio_and_falls_back_when_implausible():
         "m": {"a": [(3000, 1700), (6000, 2700), (9000, 3700)], "b": [(300, 200), (3300, 1200)]},
         # tokens fall as the text grows (a compacted history): the plain ratio, no overhead
         "n": {"a": [(1000, 900), (9000, 300)]},
+        # a short conversation in 9,000 tokens the log never shows: the plain ratio would be
+        # 0.07 characters per token, so the text counts at 4 and the overhead holds the rest
+        "h": {"a": [(400, 9000), (800, 8900)]},
     }
-    fit = fit_calibration(points, ["m", "n", "never-reported"])
+    fit = fit_calibration(points, ["m", "n", "h", "never-reported"])
     assert fit.chars_per_token["m"] == pytest.approx(3.0)
     assert (fit.overhead("a", "m"), fit.overhead("b", "m")) == (700, 100)
-    assert fit.method == {"m": "fixed-effects", "n": "ratio", "never-reported": "default"}
+    assert fit.method == {
+        "m": "fixed-effects",
+        "n": "ratio",
+        "h": "default-slope",
+        "never-reported": "default",
+    }
+    assert (fit.chars_per_token["h"], fit.overhead("a", "h")) == (4.0, 8950 - 600 // 4)
     assert fit.chars_per_token["n"] == pytest.approx(10000 / 1200)
     assert fit.overhead("a", "n") == 0
     assert fit.chars_per_token["never-reported"] == 4.0

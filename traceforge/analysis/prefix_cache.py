@@ -547,7 +547,7 @@ class Calibration:
     tool schemas, chat template), fitted on the calls that reported usage."""
 
     chars_per_token: dict[str, float] = field(default_factory=dict)
-    method: dict[str, str] = field(default_factory=dict)  # fixed-effects | ratio | default
+    method: dict[str, str] = field(default_factory=dict)  # fixed-effects | ratio | default-slope | default
     calls: dict[str, int] = field(default_factory=dict)
     overhead_tokens: dict[tuple[str | None, str], int] = field(default_factory=dict)
     # Output apart from input: a response's text can hide tokens its input never had (reasoning
@@ -599,7 +599,10 @@ def fit_calibration(
     an overhead is held at such a bound the slope is fitted again with it fixed there. When the
     slope is undefined or implausible (outside 1-10 characters per token, as when logs hold a
     history the model never saw after a context compaction they do not mark), the plain ratio of
-    the sums is used with no overhead. Models without reported usage get 4 characters per token.
+    the sums is used with no overhead; where that ratio is under 1 character per token (the log
+    hides most of the input, as a system prompt around a short conversation), the text counts at
+    4 characters per token and each workload's overhead is its mean tokens minus that, within the
+    same bounds. Models without reported usage get 4 characters per token.
 
     `output_points[model]` are (response characters, reported output tokens) of calls that reported
     their whole output; the output ratio is the ratio of their sums. Where a model has none, or
@@ -666,11 +669,21 @@ def _fit_input(calibration: Calibration, model: str, groups: dict[str | None, li
         calibration.method[model] = "fixed-effects"
         for workload, overhead in overheads.items():
             calibration.overhead_tokens[(workload, model)] = round(overhead)
-    else:
-        chars = sum(x for g in groups.values() for x, _ in g)
-        tokens = sum(y for g in groups.values() for _, y in g)
+        return
+    chars = sum(x for g in groups.values() for x, _ in g)
+    tokens = sum(y for g in groups.values() for _, y in g)
+    if chars / tokens >= low:
         calibration.chars_per_token[model] = chars / tokens
         calibration.method[model] = "ratio"
+        return
+    # Under one character per token, the log hides most of the input (a system prompt and tool
+    # schemas it never shows, around a short conversation): the text counts at the default ratio
+    # and each workload's overhead holds the rest, within the same bounds as the line's.
+    calibration.chars_per_token[model] = DEFAULT_CHARS_PER_TOKEN
+    calibration.method[model] = "default-slope"
+    for workload, (mean_x, mean_y) in means.items():
+        overhead = min(max(mean_y - mean_x / DEFAULT_CHARS_PER_TOKEN, 0.0), floors[workload])
+        calibration.overhead_tokens[(workload, model)] = round(overhead)
 
 
 class CallSize(NamedTuple):
