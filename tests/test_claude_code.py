@@ -669,7 +669,7 @@ def test_a_call_without_usage_in_a_log_hiding_most_of_its_input_is_estimated_nea
     """The compacted fixture with 3,000 tokens the log does not show in each call's input from its
     second on, and one call's usage gone: its estimate is the calls' overhead, its text at 4
     characters per token and the hidden tokens before it, within 1% of what it had (the plain
-    ratio, 0.11 characters per token, made it 3x that)."""
+    ratio, 0.11 characters per token, made it 3x that), and priced as that."""
     lines = raw_lines(FIXTURES / "compacted_session.jsonl")
     calls = [line for line in lines if line["type"] == "assistant"]
     for call in calls[1:4]:
@@ -684,6 +684,13 @@ def test_a_call_without_usage_in_a_log_hiding_most_of_its_input_is_estimated_nea
     estimated = [r for r in before if r.input_estimated]
     assert [r.call_id for r in estimated] == [calls[3]["message"]["id"]]
     assert estimated[0].input_length == pytest.approx(had, rel=0.01)
+    # its price is of the same estimate
+    con = store.connect(db_path)
+    try:
+        priced = dict(estimate_tokens(con).select("call_id", "input_tokens").iter_rows())
+    finally:
+        con.close()
+    assert priced[estimated[0].call_id] == estimated[0].input_length
 
 
 def test_real_session_misses_about_what_the_provider_reported_missing(shared_data, runner, db_path):

@@ -461,12 +461,12 @@ def test_a_chain_with_stand_ins_slices_as_the_text_they_make(text, inserts, data
         shift += len(stand_in)
         assert chain.end(position) == at + len(stand_in)
         last = position
-    assert chain.hidden_before(len(text)) == shift
+    assert chain.hidden.hidden_before(len(text)) == shift
     assert chain.end(len(text)) == len(expected)
     start = data.draw(st.integers(0, len(expected)))
     stop = data.draw(st.integers(start, len(expected)))
     assert chain[start:stop] == expected[start:stop]
-    chain.cut_to(len(text))
+    chain.hidden.cut_to(len(text))
     if last < len(text):
         assert not chain.hide(last, 1, "Q"), "a stand-in before where blocks were cut would change them"
 

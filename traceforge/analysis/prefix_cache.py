@@ -690,6 +690,8 @@ class CallSize(NamedTuple):
     """What the calibration needs of a call, and the token estimate after it."""
 
     call_id: str
+    trace_id: str
+    context: int
     model: str
     workload: str | None
     input_chars: int | None
@@ -705,6 +707,8 @@ def call_sizes(batch: ConversationBatch) -> list[CallSize]:
     return [
         CallSize(
             c.call_id,
+            c.trace_id,
+            c.context,
             c.model,
             c.workload,
             c.input_chars,
@@ -764,15 +768,23 @@ def estimate_tokens(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
     """
     calls: list[CallSize] = []
     calibration = _calibrate(con, collect=calls)
-    rows = [
-        (
-            c.call_id,
-            calibration.input_tokens(c.workload, c.model, c.input_chars),
-            calibration.output_tokens(c.model, c.output_chars),
-        )
-        for c in calls
-        if c.input_chars is not None
-    ]
+    rows = []
+    # (model, context) of the current trace -> the tokens its calls reported beyond their text,
+    # which the calls after them hold too (as in the profile's chains)
+    hidden: dict[tuple[str, int], _HiddenTokens] = {}
+    trace_id = None
+    for c in calls:
+        if c.input_chars is None:
+            continue
+        if c.trace_id != trace_id:
+            hidden, trace_id = {}, c.trace_id
+        chain = hidden.setdefault((c.model, c.context), _HiddenTokens())
+        rendered = calibration.input_tokens(c.workload, c.model, c.input_chars)
+        before = chain.hidden_before(c.input_chars)
+        if c.usage_reported and c.input_tokens and c.input_tokens > rendered + before:
+            chain.hide(c.input_chars, c.input_tokens - rendered - before)
+        chain.cut_to(c.input_chars)
+        rows.append((c.call_id, rendered + before, calibration.output_tokens(c.model, c.output_chars)))
     return pl.DataFrame(
         rows,
         schema={"call_id": pl.Utf8, "input_tokens": pl.Int64, "output_tokens": pl.Int64},
@@ -799,6 +811,36 @@ def _block_digests(
     return full, hashlib.blake2b(previous + text[start:end].encode(), digest_size=DIGEST_BYTES).digest()
 
 
+class _HiddenTokens:
+    """Tokens the calls of one chain reported beyond their rendered text, by where in the text
+    each call's input ends: a later call's input holds those before its own end."""
+
+    __slots__ = ("_reach", "_tokens_through", "at")
+
+    def __init__(self) -> None:
+        self.at: list[int] = []  # where each call's hidden tokens go in the text, in order
+        self._tokens_through: list[int] = []  # hidden tokens up to and including each
+        self._reach = 0  # the furthest position in the text a call's blocks have been cut to
+
+    def hidden_before(self, position: int) -> int:
+        """Hidden tokens a call whose input ends at text[:position] holds."""
+        k = bisect.bisect_right(self.at, position)
+        return self._tokens_through[k - 1] if k else 0
+
+    def cut_to(self, position: int) -> None:
+        """Note that a call's blocks were cut up to text[:position] (and the stand-ins there)."""
+        self._reach = max(self._reach, position)
+
+    def hide(self, position: int, tokens: int) -> bool:
+        """Note `tokens` hidden at text[position], after those already there; refused where a
+        call's blocks were cut past it, which would change them."""
+        if position < self._reach:
+            return False
+        self.at.append(position)
+        self._tokens_through.append((self._tokens_through[-1] if self._tokens_through else 0) + tokens)
+        return True
+
+
 class _ChainText:
     """A chain's text (the overhead's stand-in, then one rendered context) with stand-ins for the
     tokens a call reported beyond it inserted where that call's input ends.
@@ -810,46 +852,34 @@ class _ChainText:
     into the chain's text, where every later call's blocks hold it, and only the part of a call's
     shortfall that the calls before it did not already show is added. Sliced like a string."""
 
-    __slots__ = ("_at", "_chars_through", "_reach", "_stand_ins", "_starts", "_tokens_through", "text")
+    __slots__ = ("_chars_through", "_stand_ins", "_starts", "hidden", "text")
 
     def __init__(self, text: str) -> None:
         self.text = text
-        self._at: list[int] = []  # where each stand-in goes in `text`, in order
+        self.hidden = _HiddenTokens()  # the stand-ins' positions in `text`, and their tokens
         self._starts: list[int] = []  # where each stand-in starts in the chain's text
         self._stand_ins: list[str] = []
         self._chars_through: list[int] = []  # stand-in characters up to and including each
-        self._tokens_through: list[int] = []  # stand-in tokens up to and including each
-        self._reach = 0  # the furthest position in `text` a call's blocks have been cut to
 
     def end(self, position: int) -> int:
         """Where text[:position] ends in the chain's text: after the stand-ins inserted up to it."""
-        k = bisect.bisect_right(self._at, position)
+        k = bisect.bisect_right(self.hidden.at, position)
         return position + self._chars_through[k - 1] if k else position
-
-    def hidden_before(self, position: int) -> int:
-        """Stand-in tokens a call whose input ends at text[:position] holds."""
-        k = bisect.bisect_right(self._at, position)
-        return self._tokens_through[k - 1] if k else 0
-
-    def cut_to(self, position: int) -> None:
-        """Note that a call's blocks were cut up to text[:position] (and the stand-ins there)."""
-        self._reach = max(self._reach, position)
 
     def hide(self, position: int, tokens: int, stand_in: str) -> bool:
         """Insert `stand_in` (for `tokens` tokens) at text[position], after the stand-ins already
         there; refused where a call's blocks were cut past it, which would change them."""
-        if position < self._reach or not stand_in:
+        start = self.end(position)
+        if not stand_in or not self.hidden.hide(position, tokens):
             return False
-        self._starts.append(self.end(position))
-        self._at.append(position)
+        self._starts.append(start)
         self._stand_ins.append(stand_in)
         self._chars_through.append((self._chars_through[-1] if self._chars_through else 0) + len(stand_in))
-        self._tokens_through.append((self._tokens_through[-1] if self._tokens_through else 0) + tokens)
         return True
 
     def __getitem__(self, part: slice) -> str:
         start, stop = part.start, part.stop
-        if not self._at:
+        if not self._starts:
             return self.text[start:stop]
         pieces = []
         i = bisect.bisect_right(self._starts, start) - 1  # the last stand-in starting at or before `start`
@@ -935,7 +965,7 @@ def batch_requests(
                     chains[chain_key] = (_ChainText(overhead + text), [])
                 chain_text, chain = chains[chain_key]
                 position = len(chain_text.text) - len(text) + call.input_chars
-                hidden = chain_text.hidden_before(position)
+                hidden = chain_text.hidden.hidden_before(position)
                 rendered_tokens = calibration.input_tokens(call.workload, call.model, call.input_chars)
                 estimated_input = rendered_tokens if call.input_chars else None
             if call.usage_reported and call.input_tokens:
@@ -955,7 +985,7 @@ def batch_requests(
                     unit = f"\x01{call.trace_id}\x01{call.context}"
                     chain_text.hide(position, shortfall, _stand_in(unit, round(shortfall * ratio)))
                 seed = hashlib.blake2b(call.model.encode(), digest_size=DIGEST_BYTES).digest()
-                chain_text.cut_to(position)
+                chain_text.hidden.cut_to(position)
                 full, partial = _block_digests(
                     chain_text, chain_text.end(position), block_size * ratio, seed, chain
                 )
