@@ -900,6 +900,12 @@ class _ChainText:
         return "".join(pieces)
 
 
+@functools.cache
+def _model_seed(model: str) -> bytes:
+    """The digest a model's chains start from: two models never share a block."""
+    return hashlib.blake2b(model.encode(), digest_size=DIGEST_BYTES).digest()
+
+
 def _stand_in(unit: str, chars: int) -> str:
     """`chars` characters of `unit` repeated."""
     return (unit * (chars // len(unit) + 1))[:chars] if chars > 0 else ""
@@ -984,10 +990,9 @@ def batch_requests(
                     counts["padded"] += 1
                     unit = f"\x01{call.trace_id}\x01{call.context}"
                     chain_text.hide(position, shortfall, _stand_in(unit, round(shortfall * ratio)))
-                seed = hashlib.blake2b(call.model.encode(), digest_size=DIGEST_BYTES).digest()
                 chain_text.hidden.cut_to(position)
                 full, partial = _block_digests(
-                    chain_text, chain_text.end(position), block_size * ratio, seed, chain
+                    chain_text, chain_text.end(position), block_size * ratio, _model_seed(call.model), chain
                 )
                 prefix = min(full, needed)
                 used[chain_key] = max(used.get(chain_key, 0), prefix)
