@@ -301,7 +301,8 @@ def test_nothing_selected_exits_1(runner, db, tmp_path):
 
 def test_real_tau2_simulations(runner, shared_data, tmp_path, db_path):
     """tau2-bench runs (agent and simulated user, the user with tools of its own): each simulation is
-    one row whose agent calls, results and user text are the recording's, computed here with `json`."""
+    one row whose agent calls, results and user text are the recording's, computed here with `json`,
+    but for the user's messages after the agent's last (its ###STOP###), which are trimmed."""
     files = sorted((shared_data / "tau2-bench").glob("*.json"))
     ingest = runner.invoke(cli, ["ingest", "--db", str(db_path), *map(str, files)])
     assert ingest.exit_code == 0, ingest.output
@@ -313,7 +314,7 @@ def test_real_tau2_simulations(runner, shared_data, tmp_path, db_path):
 
     simulations = [s for f in files for s in json.loads(f.read_text())["simulations"]]
     assert sorted(rows) == sorted(s["id"] for s in simulations)
-    user_calls = 0
+    user_calls = trimmed = 0
     for simulation in simulations:
         raw = simulation["messages"]
         row = rows[simulation["id"]]
@@ -329,11 +330,26 @@ def test_real_tau2_simulations(runner, shared_data, tmp_path, db_path):
             m["tool_call_id"]: m["content"] for m in row["messages"] if m["role"] == "tool"
         } == agent_results
         said = [m["content"] for m in raw if m["role"] == "user" and m.get("content")]
-        assert [m["content"] for m in row["messages"] if m["role"] == "user"] == said
+        # what the agent saw: its own results and the user's text, in order
+        seen = [
+            m
+            for m in raw
+            if (m["role"] == "tool" and m["requestor"] == "assistant")
+            or (m["role"] == "user" and m.get("content"))
+            or m["role"] == "assistant"
+        ]
+        unanswered = len(seen) - 1 - max(i for i, m in enumerate(seen) if m["role"] != "user")
+        assert [m["content"] for m in row["messages"] if m["role"] == "user"] == said[
+            : len(said) - unanswered
+        ]
+        assert row["messages"][-1]["role"] != "user"
+        trimmed += unanswered
         user_calls += sum(len(m.get("tool_calls") or []) for m in raw if m["role"] == "user")
         reward = (simulation.get("reward_info") or {}).get("reward")
         assert row["outcome"] == ("success" if reward else "failure")
-    assert json.loads(result.output)["user_tool_calls_removed"] == user_calls > 0
+    report = json.loads(result.output)
+    assert report["user_tool_calls_removed"] == user_calls > 0
+    assert report["unanswered_user_messages_trimmed"] == trimmed > 30
 
 
 def test_a_workload_is_selected_by_the_name_the_last_analysis_gave_it(runner, db, tmp_path):
@@ -422,3 +438,42 @@ def test_the_token_limit_is_checked_per_context(runner, tmp_path):
     shutil.rmtree(out)
     assert run(runner, *args, "9500").exit_code == 0
     assert [row["context"] for row in load(out, "sft", tmp_path).to_list()] == [0, 1]
+
+
+def test_user_messages_nothing_answered_are_trimmed_from_sft_not_rl(runner, tmp_path, db_path):
+    """A conversation whose user spoke last: its sft row ends at the agent's last turn, with the
+    results of that turn's calls; rl keeps its whole-session answer as recorded (none here)."""
+    from export_helpers import openai_conversations
+
+    ended_by_user = openai_conversations()[0]
+    assert ended_by_user["messages"][-1]["role"] == "assistant"
+    ended_by_user["messages"] += [
+        {"role": "user", "content": "Thanks! ###STOP###"},
+        {"role": "user", "content": "Are you still there?"},
+    ]
+    ended_by_results = json.loads(json.dumps(openai_conversations()[0]))
+    ended_by_results["id"] = "results-last"
+    *kept, _ = ended_by_results["messages"]  # without the final answer: the mail's result is last
+    ended_by_results["messages"] = [*kept, {"role": "user", "content": "Did it go through?"}]
+    source = tmp_path / "transcripts.jsonl"
+    source.write_text("".join(json.dumps(c) + "\n" for c in (ended_by_user, ended_by_results)))
+    assert run(runner, "ingest", "--db", str(db_path), str(source)).exit_code == 0
+
+    out = tmp_path / "data"
+    args = ["--db", str(db_path), "--out", str(out), "--split", "train=1", "--no-redact", "--no-dedup"]
+    result = run(runner, "export", "sft", *args, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["unanswered_user_messages_trimmed"] == 3
+    rows = {r["trace_id"]: r["messages"] for r in load(out, "sft", tmp_path)}
+    recorded = ended_by_user["messages"][:-2]
+    assert [(m["role"], m["content"]) for m in rows[ended_by_user["id"]]] == [
+        (m["role"], m["content"]) for m in recorded
+    ]
+    assert [m["role"] for m in rows["results-last"]][-2:] == ["assistant", "tool"]
+    card = (out / "README.md").read_text()
+    assert "which nothing answered, trimmed: 3" in card
+
+    result = run(runner, "export", "rl", *args, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["unanswered_user_messages_trimmed"] == 0
+    assert [r["recorded_answer"] for r in load(out, "rl", tmp_path)] == [None, None]

@@ -164,6 +164,11 @@ def _config_section(config: str, entry: dict[str, Any]) -> list[str]:
             f"- Tool calls made by the user (a simulated user's own actions, which the agent never saw) "
             f"removed with their results: {entry['user_tool_calls_removed']}."
         )
+    if entry.get("unanswered_user_messages_trimmed"):
+        lines.append(
+            "- User messages after a conversation's last assistant turn, which nothing answered, trimmed: "
+            f"{entry['unanswered_user_messages_trimmed']}."
+        )
     if entry.get("inferred_tool_schemas"):
         lines.append(
             f"- Traces calling a tool with no recorded definition: {entry['inferred_tool_schemas']}; "

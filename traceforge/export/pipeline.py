@@ -27,7 +27,7 @@ from traceforge import __version__
 from traceforge.export import folder, parallel, preference, sft
 from traceforge.export.redact import redact
 from traceforge.export.selection import Criteria, Selection, select
-from traceforge.export.source import Conversation
+from traceforge.export.source import Conversation, trim_unanswered
 
 KINDS = ("sft", "parallel", "preference", "rl")
 FORMATS = ("hf", "openai")
@@ -69,6 +69,7 @@ class ExportReport:
     turns: dict[str, int] | None
     files: list[str]
     user_tool_calls_removed: int = 0
+    unanswered_user_messages_trimmed: int = 0
     later_contexts: int = 0  # of `selected`: contexts after a compaction (see export.source)
 
     @property
@@ -88,6 +89,7 @@ class ExportReport:
             "redaction": self.redaction,
             "turns": self.turns,
             "user_tool_calls_removed": self.user_tool_calls_removed,
+            "unanswered_user_messages_trimmed": self.unanswered_user_messages_trimmed,
             "later_contexts": self.later_contexts,
             "files": self.files,
         }
@@ -104,15 +106,19 @@ def export(con: duckdb.DuckDBPyConnection, options: ExportOptions) -> ExportRepo
     folder.prepare(options.out)
 
     counts_of: dict[tuple[str, int], Counter] = {}
+    # An RL row is a task: the session's first prompt and what the whole session did. The other
+    # kinds train on what the model saw, so a compacted session gives a row per context; the rows
+    # that hold whole conversations end at the last assistant turn.
+    by_context = options.kind != "rl"
 
     def prepare(conversation: Conversation) -> Conversation:
-        redacted, counts_of[conversation.trace_id, conversation.context] = redact(conversation)
-        return redacted
+        if options.kind in ("sft", "parallel"):
+            conversation = trim_unanswered(conversation)
+        if options.redact:
+            conversation, counts_of[conversation.trace_id, conversation.context] = redact(conversation)
+        return conversation
 
-    # An RL row is a task: the session's first prompt and what the whole session did. The other
-    # kinds train on what the model saw, so a compacted session gives a row per context.
-    by_context = options.kind != "rl"
-    selection = select(con, options.criteria, prepare if options.redact else None, by_context)
+    selection = select(con, options.criteria, prepare, by_context)
     rows, left_out, turns, used = _rows(con, options, selection)
     kept_counts = [counts_of[key] for c in used if counts_of.get(key := (c.trace_id, c.context))]
     redaction_counts = sum(kept_counts, Counter())
@@ -133,6 +139,7 @@ def export(con: duckdb.DuckDBPyConnection, options: ExportOptions) -> ExportRepo
         },
         "left_out": dict(left_out),
         "user_tool_calls_removed": sum(len(c.removed_user_calls) for c in used),
+        "unanswered_user_messages_trimmed": sum(c.unanswered_user_messages for c in used),
         "inferred_tool_schemas": sum(1 for c in used if c.inferred_tools),
         "rows": {split: len(items) for split, items in rows.items() if items},
         "turns": turns,
@@ -165,6 +172,7 @@ def export(con: duckdb.DuckDBPyConnection, options: ExportOptions) -> ExportRepo
         turns=turns,
         files=files,
         user_tool_calls_removed=entry["user_tool_calls_removed"],
+        unanswered_user_messages_trimmed=entry["unanswered_user_messages_trimmed"],
         later_contexts=entry["selection"]["later_contexts"],
     )
 

@@ -50,6 +50,7 @@ class Conversation:
     tools: list[dict[str, Any]]  # JSON schemas: {"type": "function", "function": {...}}
     inferred_tools: list[str] = field(default_factory=list)  # called, but no definition recorded
     removed_user_calls: list[str] = field(default_factory=list)  # the user's own tool calls, removed
+    unanswered_user_messages: int = 0  # user messages after the last assistant turn, trimmed
     # largest input + output of one LLM call, where usage was reported (an output logged only as a
     # lower bound counts at least its message's text at 4 characters a token)
     peak_tokens: int | None = None
@@ -73,6 +74,27 @@ class Conversation:
     @property
     def tool_call_count(self) -> int:
         return sum(len(m["tool_calls"] or []) for m in self.messages)
+
+
+def trim_unanswered(conversation: Conversation) -> Conversation:
+    """The conversation without the user messages after its last assistant turn, counted in
+    `unanswered_user_messages`. Nothing answered them, so they teach a model nothing, and in a
+    simulated conversation they are the simulator's control words (tau2-bench's user ends with
+    `###STOP###` or `###TRANSFER###`), which a model trained on whole sequences would learn to say.
+
+    >>> c = Conversation("t", None, "unknown", None, [message("user", "hi"), message("assistant", "hello"),
+    ...                  message("user", "bye ###STOP###")], [])
+    >>> trimmed = trim_unanswered(c)
+    >>> [m["role"] for m in trimmed.messages], trimmed.unanswered_user_messages
+    (['user', 'assistant'], 1)
+    """
+    messages = conversation.messages
+    end = len(messages)
+    while end and messages[end - 1]["role"] == "user":
+        end -= 1
+    if end == len(messages) or not any(m["role"] == "assistant" for m in messages[:end]):
+        return conversation
+    return replace(conversation, messages=messages[:end], unanswered_user_messages=len(messages) - end)
 
 
 def message(role: str, content: str | None = None, **fields: Any) -> dict[str, Any]:

@@ -33,6 +33,11 @@ def render_export(console: Console, report: ExportReport) -> None:
     _reasons(console, "Left out of this export", report.left_out, LEFT_OUT_REASONS)
     if report.user_tool_calls_removed:
         console.print(f"Removed {report.user_tool_calls_removed} tool calls the user made (not the agent's).")
+    if report.unanswered_user_messages_trimmed:
+        console.print(
+            f"Trimmed {report.unanswered_user_messages_trimmed} user messages nothing answered "
+            "(after the last assistant turn)."
+        )
     if report.turns:
         turns = report.turns
         console.print(
