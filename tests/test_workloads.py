@@ -10,8 +10,9 @@ import pytest
 from builders import WEATHER_TOOL, AnthropicLoop, OpenAILoop, write_jsonl
 
 from traceforge.analysis import workloads
-from traceforge.analysis.prefill_decode import prefill_decode
+from traceforge.analysis.prefill_decode import combine, prefill_decode
 from traceforge.analysis.prefix_cache import estimate_tokens
+from traceforge.analysis.summary import summarize
 from traceforge.analysis.workloads import (
     WorkloadKeyError,
     assign_workloads,
@@ -235,10 +236,14 @@ def test_user_price_file_adds_and_overrides(tmp_path, con, runner, db_path):
 
 
 def test_prefill_decode_per_workload_and_model(tmp_path, con):
+    without_cache_fields = one_call(
+        "c", workload="agent", model="gpt-4.1", prompt=5_000, completion=500, t0=1_790_000_020
+    )
+    del without_cache_fields[0]["response"]["usage"]["prompt_tokens_details"]
     records = (
         one_call("a", workload="agent", prompt=20_000, completion=50, cached=16_000)
         + one_call("b", workload="agent", prompt=30_000, completion=150, cached=24_000, t0=1_790_000_010)
-        + one_call("c", workload="agent", model="gpt-4.1", prompt=5_000, completion=500, t0=1_790_000_020)
+        + without_cache_fields
     )
     no_usage = one_call("d", workload="chat", t0=1_790_000_030)
     del no_usage[0]["response"]["usage"]
@@ -262,6 +267,13 @@ def test_prefill_decode_per_workload_and_model(tmp_path, con):
     assert agent["calls_estimated"] == 0 and agent["estimate_method"] is None
     other = rows[("agent", "gpt-4.1")]
     assert other["prefill_decode_ratio"] == pytest.approx(10.0)
+    # its source reported no cache count: unknown, not 0%, alone and in the store's usage summary
+    assert other["cache_read_tokens"] == 0 and other["cached_share"] is None
+    assert combine([other])["cached_share"] is None
+    assert combine([agent, other])["cached_share"] == pytest.approx(40_000 / 55_000)
+    usage = {(r["workload"], r["model"]): r for r in summarize(con)["by_workload_model"]}
+    assert usage[("agent", "gpt-4.1")]["cache_read_tokens"] is None
+    assert usage[("agent", "gpt-4o-2024-08-06")]["cache_read_tokens"] == 40_000
     chat = rows[("chat", "gpt-4o-2024-08-06")]
     assert chat["calls_estimated"] == 1 and "characters per token" in chat["estimate_method"]
     estimate = estimates.filter(estimates["call_id"] == no_usage[0]["response"]["id"]).row(0, named=True)

@@ -29,8 +29,10 @@ def prefill_decode(con: duckdb.DuckDBPyConnection, estimates: pl.DataFrame) -> l
     usage or with a partial output count. Workloads come from `trace_workloads`
     (`traceforge.analysis.workloads.assign_workloads`).
 
-    Ratios: cached_share = cache_read / input; prefill_decode_ratio = uncached input / output
-    (the prefill a server does per decoded token once prefix caching is counted);
+    Ratios: cached_share = cache_read / input (NULL where no call reported a cache count: a source
+    without cache fields, as tau2-bench's, says nothing of the provider's cache);
+    prefill_decode_ratio = uncached input / output (the prefill a server does per decoded token
+    once prefix caching is counted);
     input_output_ratio = input / output; reasoning_share = reasoning / output.
     """
     with (
@@ -46,6 +48,7 @@ def prefill_decode(con: duckdb.DuckDBPyConnection, estimates: pl.DataFrame) -> l
                        c.usage_reported AND c.output_tokens_partial IS NOT TRUE AS fully_reported,
                        if(c.usage_reported, c.input_tokens, e.input_tokens) AS input_tokens,
                        if(c.usage_reported, coalesce(c.cache_read_tokens, 0), 0) AS cache_read,
+                       c.usage_reported AND c.cache_read_tokens IS NOT NULL AS cache_reported,
                        if(c.usage_reported, coalesce(c.cache_write_tokens, 0), 0) AS cache_write,
                        CASE WHEN NOT c.usage_reported THEN e.output_tokens
                             WHEN c.output_tokens_partial THEN greatest(c.output_tokens, e.output_tokens)
@@ -64,11 +67,13 @@ def prefill_decode(con: duckdb.DuckDBPyConnection, estimates: pl.DataFrame) -> l
                        coalesce(sum(cache_read), 0) AS cache_read_tokens,
                        coalesce(sum(cache_write), 0) AS cache_write_tokens,
                        coalesce(sum(output_tokens), 0) AS output_tokens,
-                       coalesce(sum(reasoning), 0) AS reasoning_tokens
+                       coalesce(sum(reasoning), 0) AS reasoning_tokens,
+                       count(*) FILTER (WHERE cache_reported) AS cache_reported_calls
                 FROM calls GROUP BY ALL
             )
-            SELECT *,
-                   cache_read_tokens / nullif(input_tokens, 0) AS cached_share,
+            SELECT * EXCLUDE (cache_reported_calls),
+                   CASE WHEN cache_reported_calls > 0 THEN cache_read_tokens / nullif(input_tokens, 0) END
+                       AS cached_share,
                    uncached_input_tokens / nullif(output_tokens, 0) AS prefill_decode_ratio,
                    input_tokens / nullif(output_tokens, 0) AS input_output_ratio,
                    reasoning_tokens / nullif(output_tokens, 0) AS reasoning_share,
@@ -99,7 +104,8 @@ def combine(rows: list[dict[str, Any]]) -> dict[str, Any]:
     def ratio(a: str, b: str) -> float | None:
         return total[a] / total[b] if total[b] else None
 
-    total["cached_share"] = ratio("cache_read_tokens", "input_tokens")
+    reported = any(r["cached_share"] is not None for r in rows)
+    total["cached_share"] = ratio("cache_read_tokens", "input_tokens") if reported else None
     total["prefill_decode_ratio"] = ratio("uncached_input_tokens", "output_tokens")
     total["input_output_ratio"] = ratio("input_tokens", "output_tokens")
     total["reasoning_share"] = ratio("reasoning_tokens", "output_tokens")

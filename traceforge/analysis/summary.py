@@ -50,7 +50,7 @@ def summarize(con: duckdb.DuckDBPyConnection, top_rejects: int = 5) -> dict[str,
         """
         SELECT workload, model, traces, llm_calls, coalesce(tool_calls, 0) AS tool_calls,
                coalesce(input_tokens, 0) AS input_tokens,
-               coalesce(cache_read_tokens, 0) AS cache_read_tokens,
+               cache_read_tokens,  -- NULL where no call reported a cache count
                coalesce(output_tokens, 0) AS output_tokens, calls_without_usage
         FROM v_usage_by_workload_model
         ORDER BY input_tokens + output_tokens DESC, llm_calls DESC, workload, model

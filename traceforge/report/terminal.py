@@ -136,6 +136,7 @@ def render_summary(console: Console, summary: dict[str, Any], db: str) -> None:
     for column in ("traces", "calls", "tools", "in", "cached", "out"):
         table.add_column(column, justify="right", no_wrap=True)
     for row in summary["by_workload_model"]:
+        cached = row["cache_read_tokens"]
         table.add_row(
             row["workload"],
             row["model"],
@@ -143,7 +144,7 @@ def render_summary(console: Console, summary: dict[str, Any], db: str) -> None:
             str(row["llm_calls"]),
             str(row["tool_calls"]),
             human(row["input_tokens"]) if row["llm_calls"] > row["calls_without_usage"] else "-",
-            human(row["cache_read_tokens"]) if row["llm_calls"] > row["calls_without_usage"] else "-",
+            human(cached) if cached is not None and row["llm_calls"] > row["calls_without_usage"] else "-",
             human(row["output_tokens"]) if row["llm_calls"] > row["calls_without_usage"] else "-",
         )
     console.print(table, soft_wrap=False)  # a table fits the terminal width
@@ -313,7 +314,8 @@ def _render_inference(console: Console, rows: list[dict[str, Any]]) -> None:
         )
     console.print(table, soft_wrap=False)
     console.print(
-        "P:D is uncached input per output token; 'cached' is what the provider's cache served, "
+        "P:D is uncached input per output token; 'cached' is what the provider's cache served "
+        "('-' where the source reports no cache counts), "
         "'sim. hit' what an unlimited prefix cache would. Plans are for the observed rate on the "
         "default GPU profile: `traceforge profile --target-rps N` for yours."
     )
