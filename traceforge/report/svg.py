@@ -16,6 +16,7 @@ import math
 from collections.abc import Sequence
 
 PALETTE = ("#3b6ea5", "#e07b39", "#5a9e4b", "#c0504d", "#8064a2", "#4bacc6", "#9c8b3d", "#7f7f7f")
+LABEL_CHAR_PX = 6.2  # about the mean width of a character at FONT's size
 FONT = 'font-family="system-ui, sans-serif" font-size="11"'
 
 
@@ -76,6 +77,9 @@ def bar_chart(
     if not bars:
         return empty_chart(title)
     left, right, top, bottom = 48, 44 if line else 12, 16, 64
+    if len(bars) <= 30:  # room for the first bar's label, which slants left of its bar
+        slant = LABEL_CHAR_PX * len(_short(bars[0][0])) * math.cos(math.radians(35))
+        left = max(left, math.ceil(slant - (width - left - right) / len(bars) / 2 + 4))
     plot_w, plot_h = width - left - right, height - top - bottom
     peak = max(v for _, v in bars) or 1.0
     ticks = _ticks(peak, whole=not percent and all(float(v).is_integer() for _, v in bars))
@@ -205,7 +209,8 @@ def line_chart(
         value = x_min + (x_max - x_min) * k / 4
         shown = _fmt(10**value) if log_x else _fmt(value)
         x = left + plot_w * k / 4
-        out.append(f'<text x="{x:.1f}" y="{top + plot_h + 14}" text-anchor="middle">{esc(shown)}</text>')
+        anchor = "end" if k == 4 else "middle"  # the last one inside the chart
+        out.append(f'<text x="{x:.1f}" y="{top + plot_h + 14}" text-anchor="{anchor}">{esc(shown)}</text>')
     for i, (name, pts) in enumerate(series):
         usable = sorted((fx(x), y) for x, y in pts if not (log_x and x <= 0))
         if not usable:
@@ -284,5 +289,16 @@ def empty_chart(title: str) -> str:
 
 
 def _short(text: str, limit: int = 16) -> str:
+    """`text` in at most `limit` characters: cut at the end, or for a path (a Claude Code workload
+    is its working directory) at the start, keeping the last folders that fit, which tell it apart.
+
+    >>> _short("get_reservation_details"), _short("/home/dev/projects/shop-api/backend")
+    ('get_reservation…', '…/backend')
+    """
     text = str(text)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    if len(text) <= limit:
+        return text
+    if "/" in text:
+        tail = text[len(text) - (limit - 1) :]
+        return "…" + (tail[tail.index("/") :] if "/" in tail else tail)
+    return text[: limit - 1] + "…"
