@@ -239,3 +239,44 @@ def test_savings_per_workload_use_the_workload_key_of_the_run(runner, tmp_path, 
         says_parallel = any("independent calls made one after another" in r for r in pick["reasons"])
         assert says_parallel == bool(saved.get(pick["workload"]))
     assert any(saved.get(pick["workload"]) for pick in summary["recommendations"])
+
+
+CLIPPED_TEXTS = """
+Array.from(document.querySelectorAll('svg.chart')).flatMap(svg => {
+  const box = svg.getBoundingClientRect();
+  return Array.from(svg.querySelectorAll('text'))
+    .map(t => [t.textContent, t.getBoundingClientRect()])
+    .filter(([, r]) => r.width && (r.left < box.left - 1 || r.right > box.right + 1
+                                   || r.top < box.top - 1 || r.bottom > box.bottom + 1))
+    .map(([text]) => svg.dataset.chart + ': ' + text);
+})
+"""
+
+
+def test_chart_labels_stay_inside_their_charts(runner, tmp_path, chromium):
+    """Workloads named by long paths (a Claude Code session's working directory): the spend chart's
+    slanted labels keep the folders that tell them apart, and no chart text falls outside its chart."""
+    from browser import Browser
+
+    workloads = [f"/home/dev/projects/platform-worktrees/{name}" for name in ("checkout-api", "search")]
+    for k, workload in enumerate(workloads):
+        loop = OpenAILoop("You are an agent.", f"task {k}", workload=workload, t0=1_790_000_000 + 100 * k)
+        for i in range(2 + k):
+            loop.call(tool_calls=[openai_tool_call(f"call_{k}_{i}", "lookup", {"q": f"x{i}"})])
+            loop.result(f"call_{k}_{i}", f"value {i}")
+        loop.call(content="done")
+        write_jsonl(tmp_path / "logs" / f"run{k}.jsonl", loop.records)
+    out = tmp_path / "out"
+    result = runner.invoke(
+        cli, ["analyze", str(tmp_path / "logs"), "--db", str(tmp_path / "s.duckdb"), "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    with Browser(chromium, width=1200, height=1000) as browser:
+        browser.open(out / "report.html")
+        clipped = browser.evaluate(CLIPPED_TEXTS)
+        bar_labels = browser.evaluate(
+            "Array.from(document.querySelectorAll('svg.chart[data-chart=bar] text[transform]'))"
+            ".map(t => t.textContent)"
+        )
+    assert clipped == [], clipped
+    assert {"…/checkout-api", "…/search"} <= set(bar_labels)

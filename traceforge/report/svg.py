@@ -77,9 +77,12 @@ def bar_chart(
     if not bars:
         return empty_chart(title)
     left, right, top, bottom = 48, 44 if line else 12, 16, 64
-    if len(bars) <= 30:  # room for the first bar's label, which slants left of its bar
-        slant = LABEL_CHAR_PX * len(_short(bars[0][0])) * math.cos(math.radians(35))
-        left = max(left, math.ceil(slant - (width - left - right) / len(bars) / 2 + 4))
+    if len(bars) <= 30:  # room for the slanted labels: the first one's left of its bar, all below
+        slant = math.radians(35)
+        longest = max(len(_short(label)) for label, _ in bars) * LABEL_CHAR_PX
+        first = len(_short(bars[0][0])) * LABEL_CHAR_PX * math.cos(slant)
+        left = max(left, math.ceil(first - (width - left - right) / len(bars) / 2 + 4))
+        bottom = max(bottom, math.ceil(10 + longest * math.sin(slant) + 12))
     plot_w, plot_h = width - left - right, height - top - bottom
     peak = max(v for _, v in bars) or 1.0
     ticks = _ticks(peak, whole=not percent and all(float(v).is_integer() for _, v in bars))
