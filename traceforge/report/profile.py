@@ -91,9 +91,14 @@ def _render_workload(console: Console, title: str, entry: dict[str, Any]) -> Non
     timing = entry["timing"]
     console.print(f"[bold]{title}[/]")
     estimated = f" ({total['calls_estimated']} estimated)" if total.get("calls_estimated") else ""
+    cached = (
+        "no cache count reported"
+        if total["cached_share"] is None
+        else f"cached by provider {_pct(total['cached_share'])}"
+    )
     line = (
-        f"  tokens{estimated}: input {human(total['input_tokens'])} (cached by provider "
-        f"{_pct(total['cached_share'])}), output {human(total['output_tokens'])} (reasoning "
+        f"  tokens{estimated}: input {human(total['input_tokens'])} ({cached}), "
+        f"output {human(total['output_tokens'])} (reasoning "
         f"{_pct(total['reasoning_share'])})"
     )
     if total["prefill_decode_ratio"] is not None:

@@ -13,14 +13,19 @@ from traceforge.ingest import IngestReport
 
 
 def human(n: float | int | None) -> str:
-    """1234567 -> '1.2M'; small numbers as they are."""
+    """1234567 -> '1.2M'; smaller numbers in three significant figures at most (a percentile of
+    token counts is 249, not 249.40).
+
+    >>> human(1234567), human(999.6), human(249.4), human(13.2), human(9.5), human(42), human(0.125)
+    ('1.2M', '1000', '249', '13.2', '9.5', '42', '0.125')
+    """
     if n is None:
         return "-"
     n = float(n)
     for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(n) >= limit:
             return f"{n / limit:.1f}{suffix}"
-    return f"{n:.0f}" if n == int(n) else f"{n:.2f}"
+    return f"{n:.0f}" if n == int(n) or abs(n) >= 100 else f"{n:.3g}"
 
 
 def plural(n: int, word: str) -> str:
