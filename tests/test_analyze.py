@@ -12,6 +12,7 @@ import subprocess
 import duckdb
 import pytest
 from builders import OpenAILoop, openai_tool_call, write_jsonl
+from click.testing import CliRunner
 from conftest import REPO, SAMPLE_TRACES
 from rich.console import Console
 
@@ -198,6 +199,10 @@ def test_every_query_file_runs_in_the_duckdb_shell(analysed):
         assert run.returncode == 0 and "Error" not in run.stderr, f"{path.name}: {run.stderr}"
         header = run.stdout.splitlines()[0] if run.stdout else ""
         assert re.match(r"^[\w\",]+$", header), f"{path.name} printed no result header: {run.stdout[:200]}"
+        # and `traceforge sql FILE` gives the same columns
+        csv_out = CliRunner().invoke(cli, ["sql", "--db", str(db), "--csv", str(path)])
+        assert csv_out.exit_code == 0, f"{path.name}: {csv_out.output}"
+        assert csv_out.output.splitlines()[0] == header.replace('"', ""), path.name
 
 
 def test_a_price_file_prices_models_the_shipped_table_lacks(runner, tmp_path):

@@ -120,6 +120,17 @@ def test_sql_runs_queries_and_explains_a_missing_store(runner, tmp_path):
     assert json.loads(result.output) == [{"workload": "support", "n": 2}]
     csv_out = runner.invoke(cli, ["sql", "--db", db, "--csv", "SELECT count(*) AS n FROM tool_calls"])
     assert csv_out.stdout_bytes == b"n\n2\n"  # no \r for a shell's $(...) (.output drops it)
+    # a .sql file, as the shipped ones in queries/, comments and all
+    query_file = tmp_path / "errors.sql"
+    query_file.write_text(
+        "-- how many tool calls failed\nSELECT count(*) FILTER (WHERE is_error) AS failed,\n"
+        "       count(*) AS calls FROM tool_calls;\n"
+    )
+    from_file = runner.invoke(cli, ["sql", "--db", db, "--json", str(query_file)])
+    assert from_file.exit_code == 0, from_file.output
+    assert json.loads(from_file.output) == [{"failed": 0, "calls": 2}]
+    missing = runner.invoke(cli, ["sql", "--db", db, str(tmp_path / "nope.sql")])
+    assert missing.exit_code == 1 and "nope.sql: no such file" in missing.output
     broken = runner.invoke(cli, ["sql", "--db", db, "SELEC nothing"])
     assert broken.exit_code == 1 and "syntax error" in broken.output.lower()
     absent = runner.invoke(cli, ["sql", "--db", str(tmp_path / "absent.duckdb"), "SELECT 1"])

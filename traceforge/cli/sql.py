@@ -31,14 +31,16 @@ def shell_binary() -> str | None:
 def sql(query, db, as_json, as_csv):
     """Run QUERY on the store, or open the DuckDB shell on it.
 
+    QUERY is SQL, or a .sql file's path (the shipped ones are in queries/).
     Without QUERY this starts the `duckdb` shell (installed with traceforge
     from the duckdb-cli package) on the store, where `.read queries/FILE.sql`
-    runs the shipped queries.
+    runs the shipped queries too.
 
     \b
     Examples:
       traceforge sql
       traceforge sql "SELECT workload, count(*) FROM traces GROUP BY 1"
+      traceforge sql queries/cache_reuse.sql
       traceforge sql --json "SELECT * FROM rejects"
     """
     if not Path(db).exists():
@@ -52,6 +54,11 @@ def sql(query, db, as_json, as_csv):
                 "the duckdb shell is not installed; `pip install duckdb-cli`, or pass a QUERY"
             )
         os.execv(binary, [binary, db])
+    if query.rstrip().lower().endswith(".sql") and "\n" not in query:
+        path = Path(query.strip())
+        if not path.is_file():
+            raise click.ClickException(f"{path}: no such file (the shipped queries are in queries/)")
+        query = path.read_text(encoding="utf-8")
     con = store.connect(db, read_only=True)
     try:
         try:
