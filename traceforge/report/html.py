@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from traceforge.export.profile import Profile
-from traceforge.report.svg import bar_chart, dag_diagram, esc, line_chart, stacked_bar_chart
+from traceforge.report.svg import PALETTE, bar_chart, dag_diagram, esc, line_chart, stacked_bar_chart
 from traceforge.report.terminal import display_path, unpriced_text
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'none'"
@@ -308,10 +308,11 @@ def _inference(summary: dict[str, Any], profile: Profile) -> str:
         title="Prefix-cache hit ratio per workload (simulated, unlimited cache)",
         value_label="hit ratio by tokens",
     )
+    curved = rows[: len(PALETTE)]  # one colour each
     curve = line_chart(
         [
             (r["workload"], [(p["capacity_tokens"], p["hit_ratio"]) for p in r["hit_ratio_by_capacity"]])
-            for r in rows
+            for r in curved
         ],
         title="Hit ratio against cache size",
         x_label="cache capacity (tokens, log scale)",
@@ -357,7 +358,11 @@ def _inference(summary: dict[str, Any], profile: Profile) -> str:
             "served, what was decoded.",
         )
         + _figure(hits, "Input tokens a prefix cache with no size limit would serve (512-token blocks).")
-        + _figure(curve, "How the hit ratio falls as the cache shrinks (LRU by capacity).")
+        + _figure(
+            curve,
+            "How the hit ratio falls as the cache shrinks (LRU by capacity)"
+            + (f", for the {len(curved)} workloads with most spend." if len(curved) < len(rows) else "."),
+        )
         + lengths
         + "</div>"
         + table
