@@ -150,9 +150,10 @@ def select(
     (with `by_context`, one per context of a compacted trace: see `source.load_conversations`).
 
     `prepare` is applied to each usable conversation before the limits and dedup (the export
-    pipeline passes the redactor). Conversations that cannot be training examples (see
-    `Conversation.problem`) are dropped under their problem's name. `dropped` counts
-    conversations: with `by_context`, a compacted trace's contexts count apart, as its rows do.
+    pipeline passes the trimming of unanswered user messages and the redactor). Conversations that
+    cannot be training examples (see `Conversation.problem`) are dropped under their problem's
+    name. `dropped` counts conversations: with `by_context`, a compacted trace's contexts count
+    apart, as its rows do.
     """
     trace_ids = matching_trace_ids(con, criteria)
     dropped: Counter = Counter()
