@@ -260,10 +260,12 @@ Array.from(document.querySelectorAll('svg.chart')).flatMap(svg => {
 
 def test_chart_labels_stay_inside_their_charts(runner, tmp_path, chromium):
     """Workloads named by long paths (a Claude Code session's working directory): the spend chart's
-    slanted labels keep the folders that tell them apart, and no chart text falls outside its chart."""
+    slanted labels keep the folders that tell them apart, and no chart text falls outside its chart.
+    Of ten workloads, the hit-ratio curves show the eight with most spend, one colour each."""
     from browser import Browser
 
     workloads = [f"/home/dev/projects/platform-worktrees/{name}" for name in ("checkout-api", "search")]
+    workloads += [f"w{k}" for k in range(8)]
     for k, workload in enumerate(workloads):
         loop = OpenAILoop("You are an agent.", f"task {k}", workload=workload, t0=1_790_000_000 + 100 * k)
         for i in range(2 + k):
@@ -283,5 +285,14 @@ def test_chart_labels_stay_inside_their_charts(runner, tmp_path, chromium):
             "Array.from(document.querySelectorAll('svg.chart[data-chart=bar] text[transform]'))"
             ".map(t => t.textContent)"
         )
+        curves = browser.evaluate(
+            "(() => { const svg = document.querySelector("
+            "'svg.chart[aria-label=\"Hit ratio against cache size\"]');"
+            " return [Array.from(svg.querySelectorAll('polyline')).map(p => p.getAttribute('stroke')),"
+            " svg.closest('figure').innerText]; })()"
+        )
     assert clipped == [], clipped
     assert {"…/checkout-api", "…/search"} <= set(bar_labels)
+    colours, caption = curves
+    assert len(colours) == len(set(colours)) == 8
+    assert "for the 8 workloads with most spend" in caption

@@ -472,6 +472,8 @@ def test_user_messages_nothing_answered_are_trimmed_from_sft_not_rl(runner, tmp_
     assert [m["role"] for m in rows["results-last"]][-2:] == ["assistant", "tool"]
     card = (out / "README.md").read_text()
     assert "which nothing answered, trimmed: 3" in card
+    printed = run(runner, "export", "sft", *args)
+    assert "Trimmed 3 user messages nothing answered (after the last assistant turn)." in printed.output
 
     result = run(runner, "export", "rl", *args, "--json")
     assert result.exit_code == 0, result.output

@@ -281,3 +281,35 @@ def test_prefill_decode_per_workload_and_model(tmp_path, con):
     # the store keeps the same figures for SQL users
     assert con.execute("SELECT count(*) FROM inference_profile").fetchone()[0] == 3
     assert json.loads(json.dumps(rows[("chat", "gpt-4o-2024-08-06")], default=str))["workload"] == "chat"
+
+
+def test_a_source_without_cache_counts_reads_as_unreported_not_as_a_cold_cache(runner, tmp_path):
+    """`analyze` and `profile` print '-' and "no cache count reported" for a workload whose calls
+    carry no cache fields, and the provider's share for one whose calls do."""
+    records = one_call("a", workload="cached", prompt=4_000, completion=100, cached=3_000)
+    unreported = one_call("b", workload="plain", prompt=2_000, completion=100, t0=1_790_000_010)
+    del unreported[0]["response"]["usage"]["prompt_tokens_details"]
+    write_jsonl(tmp_path / "logs" / "gateway.jsonl", records + unreported)
+    db = str(tmp_path / "s.duckdb")
+    analyzed = runner.invoke(
+        cli, ["analyze", str(tmp_path / "logs"), "--db", db, "--out", str(tmp_path / "a")]
+    )
+    assert analyzed.exit_code == 0, analyzed.output
+    inference = analyzed.output.split("What each workload needs of inference")[1]
+    usage = analyzed.output.split("Usage by workload and model")[1].split("Where spend goes")[0]
+    cells = {
+        line.split()[0]: line.split()
+        for line in inference.splitlines()
+        if line.split()[:1] in (["cached"], ["plain"])
+    }
+    assert cells["cached"][2] == "75%" and cells["plain"][2] == "-"
+    rows = {
+        line.split()[0]: line.split()
+        for line in usage.splitlines()
+        if line.split()[:1] in (["cached"], ["plain"])
+    }
+    assert rows["cached"][-2] == "3.0k" and rows["plain"][-2] == "-"
+    profiled = runner.invoke(cli, ["profile", "--db", db, "--out", str(tmp_path / "p")])
+    assert profiled.exit_code == 0, profiled.output
+    assert "input 2.0k (no cache count reported)" in profiled.output
+    assert "input 4.0k (cached by provider 75.0%)" in profiled.output

@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 
 PALETTE = ("#3b6ea5", "#e07b39", "#5a9e4b", "#c0504d", "#8064a2", "#4bacc6", "#9c8b3d", "#7f7f7f")
-LABEL_CHAR_PX = 6.2  # about the mean width of a character at FONT's size
+LABEL_CHAR_PX = 7.0  # a label character's width at FONT's size, on the wide side (hex digits: 6.7)
 HALO = 'stroke="#fff" stroke-width="3" paint-order="stroke"'  # text stays legible over lines
 FONT = 'font-family="system-ui, sans-serif" font-size="11"'
 
