@@ -870,7 +870,7 @@ class _ChainText:
         """Insert `stand_in` (for `tokens` tokens) at text[position], after the stand-ins already
         there; refused where a call's blocks were cut past it, which would change them."""
         start = self.end(position)
-        if not stand_in or not self.hidden.hide(position, tokens):
+        if not self.hidden.hide(position, tokens):
             return False
         self._starts.append(start)
         self._stand_ins.append(stand_in)
