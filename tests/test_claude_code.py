@@ -577,6 +577,25 @@ def _compacted_requests(db_path: Path, session: str, block_size: int):
     return before, after, log
 
 
+COMPACTED = "55555555-5555-4555-8555-555555555555"  # the session of compacted_session.jsonl
+
+
+def _input_tokens(usage: dict) -> int:
+    """A Claude Code call's whole input: uncached, written to the cache and read from it."""
+    return sum(usage[k] for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"))
+
+
+def _with_hidden_reminders(hidden: int) -> tuple[list[dict], list[dict]]:
+    """The compacted fixture's lines and its assistant lines, with `hidden` tokens more in the
+    input of the calls before the compaction but the first (a reminder the client added that the
+    log does not hold)."""
+    lines = raw_lines(FIXTURES / "compacted_session.jsonl")
+    calls = [line for line in lines if line["type"] == "assistant"]
+    for call in calls[1:4]:
+        call["message"]["usage"]["cache_read_input_tokens"] += hidden
+    return lines, calls
+
+
 def _shared_prefix(a, b) -> int:
     return next(
         (k for k, (x, y) in enumerate(zip(a.hash_ids, b.hash_ids, strict=False)) if x != y),
@@ -591,7 +610,7 @@ def test_a_call_after_a_compaction_is_rendered_from_the_summary_on(runner, db_pa
     the calls before only the overhead's."""
     ingest(runner, db_path, FIXTURES / "compacted_session.jsonl")
     block = 16
-    before, after, log = _compacted_requests(db_path, "55555555-5555-4555-8555-555555555555", block)
+    before, after, log = _compacted_requests(db_path, COMPACTED, block)
     assert (len(before), len(after)) == (4, 3)
     assert log.counts["padded"] == 0, "every call's input is its rendered text and the overhead"
     fit = log.chars_per_token["claude-opus-4-6"]
@@ -637,26 +656,17 @@ def test_tokens_a_log_leaves_out_are_reused_by_the_calls_after_them(
     it falls short on are counted, and the calls after them re-send those tokens, so each call's
     blocks start with all of the previous call's full blocks, and an unlimited cache misses only
     about what each call added."""
-    lines = raw_lines(FIXTURES / "compacted_session.jsonl")
-    calls = [line for line in lines if line["type"] == "assistant"]
-    for call in calls[1:4]:  # the calls before the compaction, after the first
-        call["message"]["usage"]["cache_read_input_tokens"] += hidden
+    lines, calls = _with_hidden_reminders(hidden)
     path = tmp_path / "hidden_reminder.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     ingest(runner, db_path, path)
     block = 16
-    before, _, log = _compacted_requests(db_path, "55555555-5555-4555-8555-555555555555", block)
+    before, _, log = _compacted_requests(db_path, COMPACTED, block)
     fit = log.chars_per_token["claude-opus-4-6"]
     assert fit["method"] == method
     assert 1.0 <= fit["chars_per_token"] <= 10.0
     assert log.counts["padded"] > 0
-    assert [r.input_length for r in before][1:] == [
-        sum(
-            c["message"]["usage"][k]
-            for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-        )
-        for c in calls[1:4]
-    ]
+    assert [r.input_length for r in before][1:] == [_input_tokens(c["message"]["usage"]) for c in calls[1:4]]
     hits = simulate(before, block_size=block).per_request_hit_tokens
     for (previous, call), hit in zip(itertools.pairwise(before), hits[1:], strict=True):
         assert _shared_prefix(previous, call) >= len(previous.hash_ids) - 1
@@ -670,16 +680,12 @@ def test_a_call_without_usage_in_a_log_hiding_most_of_its_input_is_estimated_nea
     second on, and one call's usage gone: its estimate is the calls' overhead, its text at 4
     characters per token and the hidden tokens before it, within 1% of what it had (the plain
     ratio, 0.11 characters per token, made it 3x that), and priced as that."""
-    lines = raw_lines(FIXTURES / "compacted_session.jsonl")
-    calls = [line for line in lines if line["type"] == "assistant"]
-    for call in calls[1:4]:
-        call["message"]["usage"]["cache_read_input_tokens"] += 3000
-    usage = calls[3]["message"].pop("usage")
-    had = sum(usage[k] for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"))
+    lines, calls = _with_hidden_reminders(3000)
+    had = _input_tokens(calls[3]["message"].pop("usage"))
     path = tmp_path / "no_usage.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     ingest(runner, db_path, path)
-    before, _, log = _compacted_requests(db_path, "55555555-5555-4555-8555-555555555555", 16)
+    before, _, log = _compacted_requests(db_path, COMPACTED, 16)
     assert log.chars_per_token["claude-opus-4-6"]["method"] == "default-slope"
     estimated = [r for r in before if r.input_estimated]
     assert [r.call_id for r in estimated] == [calls[3]["message"]["id"]]
