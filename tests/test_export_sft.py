@@ -11,9 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from datasets import Json, load_dataset
-from export_helpers import (
-    store_messages,
-)
+from export_helpers import openai_conversations, store_messages
 
 from traceforge import store
 from traceforge.cli import cli
@@ -443,15 +441,13 @@ def test_the_token_limit_is_checked_per_context(runner, tmp_path):
 def test_user_messages_nothing_answered_are_trimmed_from_sft_not_rl(runner, tmp_path, db_path):
     """A conversation whose user spoke last: its sft row ends at the agent's last turn, with the
     results of that turn's calls; rl keeps its whole-session answer as recorded (none here)."""
-    from export_helpers import openai_conversations
-
     ended_by_user = openai_conversations()[0]
     assert ended_by_user["messages"][-1]["role"] == "assistant"
     ended_by_user["messages"] += [
         {"role": "user", "content": "Thanks! ###STOP###"},
         {"role": "user", "content": "Are you still there?"},
     ]
-    ended_by_results = json.loads(json.dumps(openai_conversations()[0]))
+    ended_by_results = openai_conversations()[0]  # a fresh copy
     ended_by_results["id"] = "results-last"
     *kept, _ = ended_by_results["messages"]  # without the final answer: the mail's result is last
     ended_by_results["messages"] = [*kept, {"role": "user", "content": "Did it go through?"}]
