@@ -10,10 +10,10 @@ import pickle
 import shutil
 import statistics
 from array import array
-from pathlib import Path
 
 import pytest
 from builders import WEATHER_TOOL, OpenAILoop, openai_tool_call, write_jsonl
+from conftest import REPO, SAMPLE_TRACES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -38,7 +38,6 @@ from traceforge.cli import cli
 from traceforge.export.replay import read_replay
 from traceforge.ingest import ingest_paths
 
-REPO = Path(__file__).resolve().parents[1]
 MOONCAKE_SYNTHETIC_CACHE_RATIO = 0.66  # Mooncake FAST'25, Table 2: synthetic workload
 
 
@@ -429,7 +428,7 @@ def test_the_calibration_reads_the_same_sizes_from_lengths_as_from_the_texts(tmp
     """Every call's rendered input and output sizes, read as lengths (the calibration's pass) and
     from the rendered texts, on the sample traces (four formats) and a compacted session."""
     fixture = tmp_path / "traces"
-    shutil.copytree(REPO / "sample_traces", fixture)
+    shutil.copytree(SAMPLE_TRACES, fixture)
     shutil.copy(REPO / "tests" / "fixtures" / "claude_code" / "compacted_session.jsonl", fixture)
     ingest_paths(con, [fixture])
     assign_workloads(con)
