@@ -753,7 +753,8 @@ def _calibrate(
 ESTIMATE_METHOD = (
     "input: the workload's unrendered overhead + rendered characters / characters per token, both fitted "
     "per model on its calls that reported usage (see chars_per_token; "
-    f"{DEFAULT_CHARS_PER_TOKEN:g} characters per token where none did); output: response characters / "
+    f"{DEFAULT_CHARS_PER_TOKEN:g} characters per token where none did), + the tokens the calls before it "
+    "in its context reported beyond their text; output: response characters / "
     "characters per output token, fitted per model on its calls that reported their whole output (else "
     "the input's ratio); where the source logged only part of a call's output count, the larger of the "
     "two"
