@@ -8,6 +8,7 @@ import math
 
 import pytest
 from builders import WEATHER_TOOL, AnthropicLoop, OpenAILoop, write_jsonl
+from conftest import REPO
 
 from traceforge.analysis import workloads
 from traceforge.analysis.prefill_decode import combine, prefill_decode
@@ -313,3 +314,11 @@ def test_a_source_without_cache_counts_reads_as_unreported_not_as_a_cold_cache(r
     assert profiled.exit_code == 0, profiled.output
     assert "input 2.0k (no cache count reported)" in profiled.output
     assert "input 4.0k (cached by provider 75.0%)" in profiled.output
+    # the shipped query counts the call without cache counts apart, not as a miss
+    reuse = runner.invoke(cli, ["sql", "--db", db, "--json", str(REPO / "queries" / "cache_reuse.sql")])
+    assert reuse.exit_code == 0, reuse.output
+    reuse_of = {
+        row["workload"]: (row["calls_without_cache_counts"], row["hit_pct"])
+        for row in json.loads(reuse.output)
+    }
+    assert reuse_of == {"plain": (1, None), "cached": (0, 75.0)}
