@@ -271,7 +271,9 @@ def test_prefill_decode_per_workload_and_model(tmp_path, con):
     # its source reported no cache count: unknown, not 0%, alone and in the store's usage summary
     assert other["cache_read_tokens"] == 0 and other["cached_share"] is None
     assert combine([other])["cached_share"] is None
-    assert combine([agent, other])["cached_share"] == pytest.approx(40_000 / 55_000)
+    # over the input whose cache count is known: gpt-4.1's 5,000 tokens are not misses
+    assert agent["cache_reported_input_tokens"] == 50_000 and other["cache_reported_input_tokens"] == 0
+    assert combine([agent, other])["cached_share"] == pytest.approx(40_000 / 50_000)
     usage = {(r["workload"], r["model"]): r for r in summarize(con)["by_workload_model"]}
     assert usage[("agent", "gpt-4.1")]["cache_read_tokens"] is None
     assert usage[("agent", "gpt-4o-2024-08-06")]["cache_read_tokens"] == 40_000
@@ -282,6 +284,23 @@ def test_prefill_decode_per_workload_and_model(tmp_path, con):
     # the store keeps the same figures for SQL users
     assert con.execute("SELECT count(*) FROM inference_profile").fetchone()[0] == 3
     assert json.loads(json.dumps(rows[("chat", "gpt-4o-2024-08-06")], default=str))["workload"] == "chat"
+
+
+def test_cached_share_leaves_out_calls_logged_without_usage(tmp_path, con):
+    """A gateway logs a streamed call without usage (no `stream_options.include_usage`) beside calls
+    with it: its input is estimated, and the provider's cached share is that of the calls whose
+    cache count is known, not diluted by the call whose count is not."""
+    streamed = one_call("b", workload="agent", t0=1_790_000_010)
+    del streamed[0]["response"]["usage"]
+    ingest(
+        con, tmp_path, one_call("a", workload="agent", prompt=20_000, completion=50, cached=16_000) + streamed
+    )
+    assign_workloads(con)
+    (row,) = prefill_decode(con, estimate_tokens(con))
+    assert (row["llm_calls"], row["calls_estimated"], row["cache_read_tokens"]) == (2, 1, 16_000)
+    assert row["input_tokens"] > row["cache_reported_input_tokens"] == 20_000
+    assert row["cached_share"] == pytest.approx(0.8)
+    assert combine([row])["cached_share"] == pytest.approx(0.8)
 
 
 def test_a_source_without_cache_counts_reads_as_unreported_not_as_a_cold_cache(runner, tmp_path):
@@ -296,6 +315,8 @@ def test_a_source_without_cache_counts_reads_as_unreported_not_as_a_cold_cache(r
         cli, ["analyze", str(tmp_path / "logs"), "--db", db, "--out", str(tmp_path / "a")]
     )
     assert analyzed.exit_code == 0, analyzed.output
+    # the header's share is of the input whose cache count is known: 3,000 of 4,000, not of 6,000
+    assert "tokens in 6.0k (75% cached)" in analyzed.output
     inference = analyzed.output.split("What each workload needs of inference")[1]
     usage = analyzed.output.split("Usage by workload and model")[1].split("Where spend goes")[0]
     cells = {

@@ -345,7 +345,7 @@ MIGRATIONS: list[Migration] = [
             cache_write_tokens BIGINT,
             output_tokens BIGINT,
             reasoning_tokens BIGINT,
-            cached_share DOUBLE,          -- cache_read / input
+            cached_share DOUBLE,          -- cache_read / input (see migration 12)
             prefill_decode_ratio DOUBLE,  -- uncached input / output
             input_output_ratio DOUBLE,    -- input / output
             reasoning_share DOUBLE,       -- reasoning / output
@@ -484,6 +484,17 @@ MIGRATIONS: list[Migration] = [
         + _without_primary_key("tool_calls", ["tool_call_id", "trace_id", "seq", "name"])
         + _without_primary_key("messages", ["trace_id", "seq", "role"])
         + _without_primary_key("tool_defs", ["trace_id", "name"]),
+    ),
+    Migration(
+        12,
+        "the provider's cached share over the calls that reported a cache count",
+        """
+        -- A log can report cache counts for some calls and not others (a streamed call logged
+        -- without usage, an agent that records usage for most steps): `cached_share` is now
+        -- cache_read / this column, not / input_tokens, so the calls without a count do not read
+        -- as misses.
+        ALTER TABLE inference_profile ADD COLUMN cache_reported_input_tokens BIGINT;
+        """,
     ),
 ]
 

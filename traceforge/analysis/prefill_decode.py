@@ -29,8 +29,10 @@ def prefill_decode(con: duckdb.DuckDBPyConnection, estimates: pl.DataFrame) -> l
     usage or with a partial output count. Workloads come from `trace_workloads`
     (`traceforge.analysis.workloads.assign_workloads`).
 
-    Ratios: cached_share = cache_read / input (NULL where no call reported a cache count: a source
-    without cache fields, as tau2-bench's, says nothing of the provider's cache);
+    Ratios: cached_share = cache_read / input over the calls that reported a cache count
+    (`cache_reported_input_tokens`; NULL where none did: a source without cache fields, as
+    tau2-bench's, says nothing of the provider's cache, and a call logged without usage in a log
+    that reports it for the others, a streamed one say, is not a miss);
     prefill_decode_ratio = uncached input / output (the prefill a server does per decoded token
     once prefix caching is counted);
     input_output_ratio = input / output; reasoning_share = reasoning / output.
@@ -68,12 +70,14 @@ def prefill_decode(con: duckdb.DuckDBPyConnection, estimates: pl.DataFrame) -> l
                        coalesce(sum(cache_write), 0) AS cache_write_tokens,
                        coalesce(sum(output_tokens), 0) AS output_tokens,
                        coalesce(sum(reasoning), 0) AS reasoning_tokens,
-                       count(*) FILTER (WHERE cache_reported) AS cache_reported_calls
+                       count(*) FILTER (WHERE cache_reported) AS cache_reported_calls,
+                       coalesce(sum(input_tokens) FILTER (WHERE cache_reported), 0)
+                           AS cache_reported_input_tokens
                 FROM calls GROUP BY ALL
             )
             SELECT * EXCLUDE (cache_reported_calls),
-                   CASE WHEN cache_reported_calls > 0 THEN cache_read_tokens / nullif(input_tokens, 0) END
-                       AS cached_share,
+                   CASE WHEN cache_reported_calls > 0
+                        THEN cache_read_tokens / nullif(cache_reported_input_tokens, 0) END AS cached_share,
                    uncached_input_tokens / nullif(output_tokens, 0) AS prefill_decode_ratio,
                    input_tokens / nullif(output_tokens, 0) AS input_output_ratio,
                    reasoning_tokens / nullif(output_tokens, 0) AS reasoning_share,
@@ -95,6 +99,7 @@ def combine(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "input_tokens",
         "uncached_input_tokens",
         "cache_read_tokens",
+        "cache_reported_input_tokens",
         "cache_write_tokens",
         "output_tokens",
         "reasoning_tokens",
@@ -105,7 +110,7 @@ def combine(rows: list[dict[str, Any]]) -> dict[str, Any]:
         return total[a] / total[b] if total[b] else None
 
     reported = any(r["cached_share"] is not None for r in rows)
-    total["cached_share"] = ratio("cache_read_tokens", "input_tokens") if reported else None
+    total["cached_share"] = ratio("cache_read_tokens", "cache_reported_input_tokens") if reported else None
     total["prefill_decode_ratio"] = ratio("uncached_input_tokens", "output_tokens")
     total["input_output_ratio"] = ratio("input_tokens", "output_tokens")
     total["reasoning_share"] = ratio("reasoning_tokens", "output_tokens")

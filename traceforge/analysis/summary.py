@@ -11,7 +11,8 @@ def summarize(con: duckdb.DuckDBPyConnection, top_rejects: int = 5) -> dict[str,
     """Totals, usage per workload and model, and the commonest reject reasons.
 
     Token sums count only calls whose source reported usage; `calls_without_usage` says how many
-    did not, so a zero is never mistaken for "not reported", and `calls_output_partial` how many
+    did not, so a zero is never mistaken for "not reported"; `cache_reported_input_tokens` is the
+    input of the calls that reported a cache count (see `cached_share`); `calls_output_partial` how many
     reported only a lower bound of their output. A call logged again in another trace (a resumed
     session's copy) is counted once; `calls_copied` says how many copies were left out.
     """
@@ -23,6 +24,8 @@ def summarize(con: duckdb.DuckDBPyConnection, top_rejects: int = 5) -> dict[str,
                (SELECT count(*) FROM tool_calls WHERE copy_of IS NULL),
                (SELECT coalesce(sum(input_tokens), 0) FROM calls),
                (SELECT coalesce(sum(cache_read_tokens), 0) FROM calls),
+               (SELECT coalesce(sum(input_tokens) FILTER (WHERE cache_read_tokens IS NOT NULL), 0)
+                FROM calls),
                (SELECT coalesce(sum(output_tokens), 0) FROM calls),
                (SELECT count(*) FILTER (WHERE NOT usage_reported) FROM calls),
                (SELECT count(*) FILTER (WHERE output_tokens_partial) FROM calls),
@@ -38,6 +41,7 @@ def summarize(con: duckdb.DuckDBPyConnection, top_rejects: int = 5) -> dict[str,
         "tool_calls",
         "input_tokens",
         "cache_read_tokens",
+        "cache_reported_input_tokens",
         "output_tokens",
         "calls_without_usage",
         "calls_output_partial",
@@ -73,3 +77,10 @@ def summarize(con: duckdb.DuckDBPyConnection, top_rejects: int = 5) -> dict[str,
             {"reason": r, "count": n, "example_file": f, "example_line": line} for r, n, f, line in reasons
         ],
     }
+
+
+def cached_share(totals: dict[str, Any]) -> float | None:
+    """The share of input the provider's cache served, over the calls whose source reported a
+    cache count: None where none did (a source without cache fields says nothing of the cache)."""
+    reported = totals["cache_reported_input_tokens"]
+    return totals["cache_read_tokens"] / reported if reported else None

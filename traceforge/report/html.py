@@ -12,6 +12,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from traceforge.analysis.summary import cached_share
 from traceforge.export.profile import Profile
 from traceforge.report.svg import PALETTE, bar_chart, dag_diagram, esc, line_chart, stacked_bar_chart
 from traceforge.report.terminal import display_path, unpriced_text
@@ -100,7 +101,8 @@ def _figure(svg: str, caption: str) -> str:
 
 def _header(summary: dict[str, Any]) -> str:
     t = summary["totals"]
-    cached = t["cache_read_tokens"] / t["input_tokens"] if t["input_tokens"] else 0
+    share = cached_share(t)
+    cached = "no cache count reported" if share is None else f"{share:.0%} cached"
     output = _num(t["output_tokens"])
     if t["calls_output_partial"]:
         output += f" <small>(as logged: {_num(t['calls_output_partial'])} calls only a lower bound)</small>"
@@ -117,7 +119,7 @@ def _header(summary: dict[str, Any]) -> str:
             ),
         ),
         ("tool calls", _num(t["tool_calls"])),
-        ("input tokens", f"{_num(t['input_tokens'])} <small>({cached:.0%} cached)</small>"),
+        ("input tokens", f"{_num(t['input_tokens'])} <small>({cached})</small>"),
         ("output tokens", output),
         ("rejected records", _num(t["rejects"])),
     ]

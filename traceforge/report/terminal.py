@@ -9,6 +9,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from traceforge.analysis.summary import cached_share
 from traceforge.ingest import IngestReport
 
 
@@ -106,13 +107,14 @@ def render_ingest(console: Console, report: IngestReport, verbose: bool = False)
 
 def render_summary(console: Console, summary: dict[str, Any], db: str) -> None:
     t = summary["totals"]
-    cached = t["cache_read_tokens"] / t["input_tokens"] if t["input_tokens"] else 0.0
+    share = cached_share(t)
+    cached = "no cache count reported" if share is None else f"{share:.0%} cached"
     console.print()
     console.print(
         f"[bold]{display_path(db)}[/]: {plural(t['traces'], 'trace')} in "
         f"{plural(t['workloads'], 'workload')}, {plural(t['llm_calls'], 'LLM call')}, "
         f"{plural(t['tool_calls'], 'tool call')}; tokens in "
-        f"{human(t['input_tokens'])} ({cached:.0%} cached), out {human(t['output_tokens'])}"
+        f"{human(t['input_tokens'])} ({cached}), out {human(t['output_tokens'])}"
     )
     if t["calls_without_usage"]:
         console.print(
