@@ -317,6 +317,22 @@ def test_a_source_without_cache_counts_reads_as_unreported_not_as_a_cold_cache(r
     assert analyzed.exit_code == 0, analyzed.output
     # the header's share is of the input whose cache count is known: 3,000 of 4,000, not of 6,000
     assert "tokens in 6.0k (75% cached)" in analyzed.output
+    assert "(75% cached)" in (tmp_path / "a" / "report.html").read_text()
+    write_jsonl(tmp_path / "plain" / "gateway.jsonl", unreported)
+    alone = runner.invoke(
+        cli,
+        [
+            "analyze",
+            str(tmp_path / "plain"),
+            "--db",
+            str(tmp_path / "plain.duckdb"),
+            "--out",
+            str(tmp_path / "b"),
+        ],
+    )
+    assert alone.exit_code == 0, alone.output
+    assert "tokens in 2.0k (no cache count reported)" in alone.output
+    assert "(no cache count reported)" in (tmp_path / "b" / "report.html").read_text()
     inference = analyzed.output.split("What each workload needs of inference")[1]
     usage = analyzed.output.split("Usage by workload and model")[1].split("Where spend goes")[0]
     cells = {
