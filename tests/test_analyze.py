@@ -261,7 +261,8 @@ Array.from(document.querySelectorAll('svg.chart')).flatMap(svg => {
 def test_chart_labels_stay_inside_their_charts(runner, tmp_path, chromium):
     """Workloads named by long paths (a Claude Code session's working directory): the spend chart's
     slanted labels keep the folders that tell them apart, and no chart text falls outside its chart.
-    Of ten workloads, the hit-ratio curves show the eight with most spend, one colour each."""
+    Of ten workloads, the hit-ratio curves show the eight with most spend, one colour each, with the
+    legend beside the lines, not over them."""
     from browser import Browser
 
     workloads = [f"/home/dev/projects/platform-worktrees/{name}" for name in ("checkout-api", "search")]
@@ -288,11 +289,16 @@ def test_chart_labels_stay_inside_their_charts(runner, tmp_path, chromium):
         curves = browser.evaluate(
             "(() => { const svg = document.querySelector("
             "'svg.chart[aria-label=\"Hit ratio against cache size\"]');"
+            " const right = Math.max(...Array.from(svg.querySelectorAll('polyline'))"
+            "   .map(p => p.getBBox().x + p.getBBox().width));"
             " return [Array.from(svg.querySelectorAll('polyline')).map(p => p.getAttribute('stroke')),"
-            " svg.closest('figure').innerText]; })()"
+            " svg.closest('figure').innerText,"
+            " Array.from(svg.querySelectorAll('text.legend')).map(t => t.getBBox().x - right)]; })()"
         )
     assert clipped == [], clipped
     assert {"…/checkout-api", "…/search"} <= set(bar_labels)
-    colours, caption = curves
+    colours, caption, legend_past_lines = curves
     assert len(colours) == len(set(colours)) == 8
+    # the legend stands right of every line, where none runs under it
+    assert len(legend_past_lines) == 8 and min(legend_past_lines) > 0, legend_past_lines
     assert "for the 8 workloads with most spend" in caption

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 
 PALETTE = ("#3b6ea5", "#e07b39", "#5a9e4b", "#c0504d", "#8064a2", "#4bacc6", "#9c8b3d", "#7f7f7f")
 LABEL_CHAR_PX = 7.0  # a label character's width at FONT's size, on the wide side (hex digits: 6.7)
-HALO = 'stroke="#fff" stroke-width="3" paint-order="stroke"'  # text stays legible over lines
+LEGEND_CHARS = 24  # of a line chart's legend entry
+LEGEND_SWATCH = 14  # px of line before it
 FONT = 'font-family="system-ui, sans-serif" font-size="11"'
 
 
@@ -185,11 +186,15 @@ def line_chart(
     width: int = 640,
     height: int = 280,
 ) -> str:
-    """One polyline per (name, [(x, y), ...]); `log_x` for sizes spanning orders of magnitude."""
+    """One polyline per (name, [(x, y), ...]); `log_x` for sizes spanning orders of magnitude. The
+    legend stands right of the plot, where no line can run under it (hit-ratio curves of a
+    well-cached workload run flat along the top)."""
     points_all = [(x, y) for _, pts in series for x, y in pts if not (log_x and x <= 0)]
     if not points_all:
         return empty_chart(title)
-    left, right, top, bottom = 52, 16, 24, 44
+    names = [_short(name, LEGEND_CHARS) for name, _ in series]
+    legend_w = LEGEND_SWATCH + 4 + max(map(len, names)) * LABEL_CHAR_PX
+    left, right, top, bottom = 52, math.ceil(16 + legend_w), 24, 44
     plot_w, plot_h = width - left - right, height - top - bottom
 
     def fx(value: float) -> float:
@@ -228,9 +233,11 @@ def line_chart(
             f'<polyline class="mark" points="{coords}" fill="none" stroke="{colour}" stroke-width="2">'
             f"<title>{esc(name)}</title></polyline>"
         )
+        x, y = left + plot_w + 12, top + 8 + 14 * i
         out.append(
-            f'<text x="{left + 8}" y="{top + 12 + 13 * i}" fill="{colour}" {HALO}>'
-            f"{esc(_short(name, 40))}</text>"
+            f'<line class="legend" x1="{x}" x2="{x + LEGEND_SWATCH}" y1="{y - 4}" y2="{y - 4}" '
+            f'stroke="{colour}" stroke-width="2"/>'
+            f'<text class="legend" x="{x + LEGEND_SWATCH + 4}" y="{y}" fill="{colour}">{esc(names[i])}</text>'
         )
     if x_label:
         out.append(
