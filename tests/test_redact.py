@@ -4,6 +4,7 @@ within a trace, and every export redacted unless --no-redact is said."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -11,9 +12,11 @@ from datasets import load_dataset
 from export_helpers import (
     FAKE_OPENAI_KEY,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from traceforge.cli import cli
-from traceforge.export.redact import find, redact
+from traceforge.export.redact import RULES, Finding, _resolve, find, redact
 from traceforge.export.source import Conversation, message
 
 # Fake credentials are assembled at run time so no secret scanner flags this file.
@@ -96,6 +99,67 @@ def conversation(trace_id: str, *texts: str, arguments: dict | None = None) -> C
         messages.append(message("tool", texts[1], tool_call_id="c1", name="login"))
     messages += [message("assistant", t) for t in texts[2 if arguments is not None else 1 :]]
     return Conversation(trace_id, None, "unknown", None, messages, [])
+
+
+# The rules that run on every text, in their plain form: the shipped patterns open with a character
+# rather than a lookbehind, for speed (see traceforge.export.redact), and must match exactly these.
+PLAIN_FORMS = {
+    "card_number": [r"(?<![\d.,-])\d(?:[ -]?\d){12,18}(?![\d-]|[.,]\d)"],
+    "ip_address": [  # one per rule: IPv4, IPv6
+        r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w]|\.\d)",
+        r"(?<![\w:])[0-9A-Fa-f]{1,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?![\w:])",
+    ],
+}
+# The two phone rules together (the priority between them picks what one pattern's scan would).
+PLAIN_PHONE = (
+    r"(?<![\w+])\+[1-9]\d{0,2}(?:[ .-]?\(?\d{1,4}\)?){2,5}(?![\w])"
+    r"|(?<![\w(])(?:\(\d{3}\)\s?|\d{3}[-. ])\d{3}[-. ]\d{4}(?!\w)"
+)
+
+
+def _spans(pattern: re.Pattern, text: str) -> list[tuple[int, int]]:
+    return [m.span() for m in pattern.finditer(text)]
+
+
+# Texts made of the pieces these patterns are built from: digit groups, separators, hex words, and
+# the characters their lookarounds test.
+PIECES = [
+    "4111",
+    "1111",
+    "378282",
+    "555",
+    "123",
+    "4567",
+    "10",
+    "0",
+    "7",
+    "+",
+    "+44",
+    "+1",
+    " ",
+    "-",
+    ".",
+    ",",
+]
+PIECES += ["(", ")", ":", "::", "fe80", "db8", "a", "F", "x", "_", "/", "@", "\n"]
+PIECES += ["10.0.0.7", "(415) 555-2671", "555-123-4567", "4111 1111 1111 1111", "+44 20 7946 0958"]
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.sampled_from(PIECES), max_size=24).map("".join))
+def test_fast_patterns_match_what_their_plain_forms_match(text):
+    for kind, plain in PLAIN_FORMS.items():
+        rules = [rule for rule in RULES if rule.kind == kind]
+        assert [_spans(r.pattern, text) for r in rules] == [_spans(re.compile(p), text) for p in plain], kind
+    phones = [(priority, rule) for priority, rule in enumerate(RULES) if rule.kind == "phone"]
+    found = _resolve(
+        [
+            Finding(*m.span(), "phone", priority)
+            for priority, rule in phones
+            for m in rule.pattern.finditer(text)
+        ]
+    )
+    assert [(f.start, f.end) for f in found] == _spans(re.compile(PLAIN_PHONE), text)
 
 
 def test_same_value_same_placeholder_within_a_trace_and_numbers_restart():
