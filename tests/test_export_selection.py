@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 from collections import Counter
 
 import pytest
@@ -78,10 +81,54 @@ def test_minhash_estimates_jaccard():
         assert abs(estimate - true) < 0.15
 
 
+def test_minhash_signature_keeps_each_bins_smallest_value():
+    """Against the plain definition: the smallest value in every bin, an empty bin borrowing the
+    next non-empty one's to its right. Sets of real shingles (large, small) and of a few hashes
+    all in one part of the range, where the signature's first look finds bins empty."""
+    hasher = MinHasher()
+    rng = random.Random(7)
+    words = [f"w{k}" for k in range(3000)]
+    sets = [shingles(" ".join(rng.choices(words, k=n))) for n in (3, 40, 900, 20_000)]
+    # bin 0's only hash is past where the first look stops
+    crowded = {(rng.getrandbits(10) << 7) | rng.randrange(1, hasher.bins) for _ in range(5000)}
+    sets.append(crowded | {(1 << 63) | (rng.getrandbits(20) << 7)})
+    for hashes in sets:
+        smallest = {}
+        for x in hashes:
+            b = x & (hasher.bins - 1)
+            smallest[b] = min(smallest.get(b, x >> hasher.shift), x >> hasher.shift)
+        expected = []
+        for b in range(hasher.bins):
+            distance = 0
+            while (b + distance) % hasher.bins not in smallest:
+                distance += 1
+            expected.append((smallest[(b + distance) % hasher.bins], distance))
+        assert hasher.signature(hashes) == tuple(expected)
+
+
 def test_shingles_of_short_and_long_texts():
     assert len(shingles("one two")) == 1
     assert len(shingles("a b c d e f g")) == 3  # 5-word windows
     assert shingles("") == set()
+
+
+def test_shingles_are_the_same_in_every_process():
+    """Exports keep the same traces run after run: shingle hashes may not depend on the process's
+    string-hash seed."""
+    code = "from traceforge.export.selection import shingles; print(sorted(shingles(open(0).read())))"
+    text = "Refund order 4412 for Ada: the blue chair arrived broken, see photo IMG_20.jpg " * 3
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            input=text,
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        ).stdout
+        for seed in ("1", "2")
+    }
+    assert outputs == {f"{sorted(shingles(text))}\n"}
 
 
 def test_split_assignment_is_seeded_stable_and_proportional():
