@@ -12,7 +12,7 @@ def summarize(con: duckdb.DuckDBPyConnection, top_rejects: int = 5) -> dict[str,
 
     Token sums count only calls whose source reported usage; `calls_without_usage` says how many
     did not, so a zero is never mistaken for "not reported"; `cache_reported_input_tokens` is the
-    input of the calls that reported a cache count (see `cached_share`); `calls_output_partial` how many
+    input of the calls that reported a cache count (see `cached_text`); `calls_output_partial` how many
     reported only a lower bound of their output. A call logged again in another trace (a resumed
     session's copy) is counted once; `calls_copied` says how many copies were left out.
     """
@@ -79,8 +79,9 @@ def summarize(con: duckdb.DuckDBPyConnection, top_rejects: int = 5) -> dict[str,
     }
 
 
-def cached_share(totals: dict[str, Any]) -> float | None:
+def cached_text(totals: dict[str, Any]) -> str:
     """The share of input the provider's cache served, over the calls whose source reported a
-    cache count: None where none did (a source without cache fields says nothing of the cache)."""
+    cache count, as the reports print it: "N% cached", or "no cache count reported" where none
+    did (a source without cache fields says nothing of the cache)."""
     reported = totals["cache_reported_input_tokens"]
-    return totals["cache_read_tokens"] / reported if reported else None
+    return f"{totals['cache_read_tokens'] / reported:.0%} cached" if reported else "no cache count reported"

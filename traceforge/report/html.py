@@ -12,7 +12,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from traceforge.analysis.summary import cached_share
+from traceforge.analysis.summary import cached_text
 from traceforge.export.profile import Profile
 from traceforge.report.svg import PALETTE, bar_chart, dag_diagram, esc, line_chart, stacked_bar_chart
 from traceforge.report.terminal import display_path, unpriced_text
@@ -101,8 +101,7 @@ def _figure(svg: str, caption: str) -> str:
 
 def _header(summary: dict[str, Any]) -> str:
     t = summary["totals"]
-    share = cached_share(t)
-    cached = "no cache count reported" if share is None else f"{share:.0%} cached"
+    cached = cached_text(t)
     output = _num(t["output_tokens"])
     if t["calls_output_partial"]:
         output += f" <small>(as logged: {_num(t['calls_output_partial'])} calls only a lower bound)</small>"

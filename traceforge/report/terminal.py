@@ -9,7 +9,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from traceforge.analysis.summary import cached_share
+from traceforge.analysis.summary import cached_text
 from traceforge.ingest import IngestReport
 
 
@@ -107,8 +107,7 @@ def render_ingest(console: Console, report: IngestReport, verbose: bool = False)
 
 def render_summary(console: Console, summary: dict[str, Any], db: str) -> None:
     t = summary["totals"]
-    share = cached_share(t)
-    cached = "no cache count reported" if share is None else f"{share:.0%} cached"
+    cached = cached_text(t)
     console.print()
     console.print(
         f"[bold]{display_path(db)}[/]: {plural(t['traces'], 'trace')} in "
