@@ -278,7 +278,7 @@ def test_rewrites_of_messy_stored_traces_keep_every_call_and_result_once(transcr
     stated reason or rewritten keeping every call and result exactly once and every edge forward."""
     from traceforge.analysis.dag import analyze_dependencies
     from traceforge.export.parallel import load_deps, rewrite_conversation
-    from traceforge.export.source import load_conversations
+    from traceforge.export.source import iter_trace_rows, trace_conversations
     from traceforge.ingest import openai_chat
     from traceforge.ingest.parallel import write_batch
     from traceforge.ingest.sources import Record
@@ -292,7 +292,7 @@ def test_rewrites_of_messy_stored_traces_keep_every_call_and_result_once(transcr
         analyze_dependencies(con)
         trace_ids = [row[0] for row in con.execute("SELECT trace_id FROM traces ORDER BY 1").fetchall()]
         deps, analysed = load_deps(con, trace_ids)
-        conversations = load_conversations(con, trace_ids)
+        conversations = [c for rows in iter_trace_rows(con, trace_ids) for c in trace_conversations(rows)]
     finally:
         con.close()
     for conversation in conversations:

@@ -102,3 +102,42 @@ def test_rl_rows(runner, db, tmp_path):
         assert row["recorded_answer"] == recorded[-1]["content"]
         assert row["recorded_turns"] == sum(1 for m in recorded if m["role"] == "assistant")
     con.close()
+
+
+def test_a_conversation_giving_two_pairs_is_counted_once(runner, tmp_path):
+    """Two user turns, each answered with independent calls made one after another: two preference
+    rows from one conversation, whose redactions (and removals) count once, as in its sft row."""
+    from export_helpers import WEATHER, assistant, call, result
+
+    from traceforge.analysis.dag import analyze_dependencies
+    from traceforge.ingest import ingest_paths
+
+    turns = []
+    for first, second in (("Oslo", "Bergen"), ("Rome", "Milan")):
+        turns += [
+            {"role": "user", "content": f"Weather in {first} and {second}? I am ann.lee@example.org"},
+            assistant(call(f"c-{first}", "get_weather", {"city": first})),
+            result(f"c-{first}", f"{first}: 5C"),
+            assistant(call(f"c-{second}", "get_weather", {"city": second})),
+            result(f"c-{second}", f"{second}: 7C"),
+            assistant(content=f"{first} 5C, {second} 7C."),
+        ]
+    transcript = {"id": "two-questions", "model": "gpt-4o", "tools": [WEATHER], "messages": turns}
+    source = tmp_path / "runs.jsonl"
+    source.write_text(json.dumps(transcript) + "\n")
+    db = tmp_path / "store.duckdb"
+    con = store.connect(db)
+    ingest_paths(con, [source])
+    analyze_dependencies(con)
+    con.close()
+
+    def report(kind: str) -> dict:
+        out = str(tmp_path / "out")
+        args = ["export", kind, "--db", str(db), "--out", out, "--split", "train=1", "--json"]
+        done = runner.invoke(cli, args, catch_exceptions=False)
+        assert done.exit_code == 0, done.output
+        return json.loads(done.output)
+
+    pairs, sft = report("preference"), report("sft")
+    assert pairs["rows"] == {"train": 2} and sft["rows"] == {"train": 1}
+    assert pairs["redaction"] == sft["redaction"] == {"enabled": True, "counts": {"email": 2}, "traces": 1}

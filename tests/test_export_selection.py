@@ -6,15 +6,19 @@ import os
 import random
 import subprocess
 import sys
+from array import array
 from collections import Counter
 
 import pytest
 
 from traceforge.export.selection import (
+    LSH_BANDS,
+    MINHASH_PERMUTATIONS,
     Criteria,
+    Deduplicator,
     MinHasher,
     SelectionError,
-    deduplicate,
+    dedup_keys,
     parse_splits,
     shingles,
     split_of,
@@ -63,10 +67,10 @@ def test_near_duplicates_go_exact_duplicates_go_distinct_stay():
         conversation("e", text(3), system="A long shared system prompt. " * 200),  # only the prompt in common
         conversation("f", text(4), system="A long shared system prompt. " * 200),
     ]
-    dropped = Counter()
-    kept = deduplicate(conversations, threshold=0.9, dropped=dropped)
-    assert [c.trace_id for c in kept] == ["a", "d", "e", "f"]
-    assert dropped == {"exact_duplicate": 1, "near_duplicate": 1}
+    duplicates = Deduplicator(threshold=0.9)
+    verdicts = {c.trace_id: duplicates.check(*dedup_keys(c)) for c in conversations}
+    assert [t for t, verdict in verdicts.items() if verdict is None] == ["a", "d", "e", "f"]
+    assert verdicts["b"] == "near_duplicate" and verdicts["c"] == "exact_duplicate"
 
 
 def test_minhash_estimates_jaccard():
@@ -103,7 +107,8 @@ def test_minhash_signature_keeps_each_bins_smallest_value():
             while (b + distance) % hasher.bins not in smallest:
                 distance += 1
             expected.append((smallest[(b + distance) % hasher.bins], distance))
-        assert hasher.signature(hashes) == tuple(expected)
+        packed = hasher.signature(hashes)
+        assert [(entry >> hasher.shift, entry & (hasher.bins - 1)) for entry in packed] == expected
 
 
 def test_shingles_of_short_and_long_texts():
@@ -156,3 +161,28 @@ def test_split_assignment_is_seeded_stable_and_proportional():
 def test_bad_split_specifications(spec, message):
     with pytest.raises(SelectionError, match=message.replace("(", r"\(").replace("]", r"\]")):
         Criteria(splits=parse_splits(spec))
+
+
+def test_a_band_key_several_kept_conversations_share_finds_each_of_them():
+    """Two kept signatures with the same first band (and nothing else in common): a third that
+    shares that band with both, and one entry in each other band with the second, is the second's
+    near duplicate at threshold 0.1, found through the band they all share; a fourth, the same
+    with the first, is the first's."""
+    rows = MINHASH_PERMUTATIONS // LSH_BANDS
+    rng = random.Random(3)
+
+    def fresh() -> array:
+        return array("Q", (rng.getrandbits(63) for _ in range(MINHASH_PERMUTATIONS)))
+
+    first, second, third, fourth = fresh(), fresh(), fresh(), fresh()
+    second[:rows] = third[:rows] = fourth[:rows] = first[:rows]
+    for band in range(1, LSH_BANDS):
+        third[band * rows] = second[band * rows]
+        fourth[band * rows] = first[band * rows]
+    duplicates = Deduplicator(threshold=0.1)
+    assert duplicates.check(b"1", first) is None
+    assert duplicates.check(b"2", second) is None  # 8 of 128 entries in common with the first
+    assert MinHasher.similarity(third, first) < 0.1 <= MinHasher.similarity(third, second)
+    assert duplicates.check(b"3", third) == "near_duplicate"
+    assert MinHasher.similarity(fourth, second) < 0.1 <= MinHasher.similarity(fourth, first)
+    assert duplicates.check(b"4", fourth) == "near_duplicate"

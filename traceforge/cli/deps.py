@@ -5,18 +5,17 @@ from __future__ import annotations
 import json
 
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from traceforge import store
 from traceforge.analysis.dag import analyze_dependencies
 from traceforge.cli import cli
 from traceforge.cli.options import (
+    TraceProgress,
     config_from,
     config_option,
     db_option,
     json_option,
     mode_option,
-    stderr,
     stdout,
 )
 from traceforge.report.dag_view import render_summary
@@ -44,23 +43,8 @@ def deps(db, mode, config_path, recompute, as_json):
     """
     config = config_from(config_path)
     con = store.connect(db)
-    console = stderr()
-    progress = Progress(
-        TextColumn("analysing"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-        disable=not console.is_terminal,
-    )
     try:
-        with progress:
-            task = progress.add_task("traces", total=None)
-
-            def on_progress(done: int, total: int) -> None:
-                progress.update(task, completed=done, total=total)
-
+        with TraceProgress("analysing") as on_progress:
             summary = analyze_dependencies(con, mode, config, recompute=recompute, on_progress=on_progress)
     finally:
         con.close()

@@ -10,7 +10,7 @@ import click
 
 from traceforge import store
 from traceforge.cli import cli
-from traceforge.cli.options import db_option, json_option, stderr, stdout
+from traceforge.cli.options import TraceProgress, db_option, json_option, stderr, stdout
 
 if TYPE_CHECKING:
     from traceforge.export.hub import PushResult
@@ -197,7 +197,8 @@ def export(
     )
     con = store.connect(db, read_only=True)
     try:
-        report = run_export(con, options)
+        with TraceProgress(f"exporting {kind}") as on_progress:
+            report = run_export(con, options, on_progress)
     except (ExportError, FolderError) as exc:
         raise click.ClickException(str(exc)) from exc
     finally:

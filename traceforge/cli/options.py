@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -92,6 +94,36 @@ def stderr() -> Console:
     console = Console(stderr=True)
     console.soft_wrap = not console.is_terminal
     return console
+
+
+class TraceProgress:
+    """A progress bar over traces on stderr, shown only on a terminal: `with TraceProgress("label")
+    as on_progress:` gives the callback `(done, total)` that analyses and exports call."""
+
+    def __init__(self, label: str) -> None:
+        console = stderr()
+        self.progress = Progress(
+            TextColumn(label),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("traces"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+            disable=not console.is_terminal,
+        )
+
+    def __enter__(self) -> Callable[[int, int], None]:
+        self.progress.__enter__()
+        task = self.progress.add_task("traces", total=None)
+
+        def on_progress(done: int, total: int) -> None:
+            self.progress.update(task, completed=done, total=total)
+
+        return on_progress
+
+    def __exit__(self, *exc) -> None:
+        self.progress.__exit__(*exc)
 
 
 class FileProgress:

@@ -9,22 +9,28 @@
       sft-openai/train.jsonl         (--format openai: OpenAI fine-tuning files)
 
 Several exports can share a folder (each is a config, as on the Hub), so `traceforge push` can
-publish them as one dataset. Writing a config replaces that config's files and nothing else;
+publish them as one dataset. Writing a config replaces that config's files and nothing else, once
+its new files are all written (`ConfigWriter`, which writes rows as they come, a batch at a time);
 `datasets.load_dataset(folder, config)` reads it back through the card's `configs`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import math
+import shutil
 from pathlib import Path
 from typing import Any
 
 from datasets import Dataset, Features
+from datasets.arrow_writer import ParquetWriter
 
 from traceforge.export.card import MANIFEST, render_card
 
 DEFAULT_MAX_SHARD_BYTES = 500 * 1024 * 1024  # as datasets' push_to_hub
+PARTIAL = ".traceforge-partial"  # a config's files while they are written (see ConfigWriter)
+BATCH_ROWS = 1000  # rows converted and written together: datasets' default writer batch
+BATCH_BYTES = 16 * 1024 * 1024  # of rows' sizes as added: a row group of about as many Arrow bytes
 
 
 class FolderError(ValueError):
@@ -47,7 +53,11 @@ def prepare(folder: Path) -> dict[str, Any]:
     """Check that `folder` is new, empty or an export folder, and return its manifest."""
     if folder.exists() and not folder.is_dir():
         raise FolderError(f"{folder} is a file; --out must be a folder")
-    if folder.exists() and any(folder.iterdir()) and not (folder / MANIFEST).exists():
+    if (
+        folder.exists()
+        and not (folder / MANIFEST).exists()
+        and any(path.name != PARTIAL for path in folder.iterdir())
+    ):
         raise FolderError(
             f"{folder} is not empty and holds no traceforge export ({MANIFEST}); "
             "choose a new or empty --out folder"
@@ -55,53 +65,167 @@ def prepare(folder: Path) -> dict[str, Any]:
     return read_manifest(folder)
 
 
-def shard_paths(config_dir: Path, split: str, shards: int) -> list[Path]:
-    return [config_dir / f"{split}-{i:05d}-of-{shards:05d}.parquet" for i in range(shards)]
+class ConfigWriter:
+    """One config's files, written as its rows come: per split, parquet shards of `datasets` rows
+    with `features` (each of at most about `max_shard_bytes` of Arrow data), or one JSON Lines
+    file (`features` None: OpenAI fine-tuning files). Rows are held a batch at a time.
 
-
-def write_config(
-    folder: Path,
-    config: str,
-    rows: dict[str, list[dict[str, Any]]],
-    *,
-    features: Features | None,
-    entry: dict[str, Any],
-    license: str | None = None,
-    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
-) -> list[str]:
-    """Write one config's splits and update the manifest and card; returns the files written.
-
-    `features` given: parquet shards of `datasets.Dataset`s with those features (shards of at most
-    about `max_shard_bytes` of Arrow data each). `features` None: one JSON Lines file per split
-    (OpenAI fine-tuning files). Splits without rows are not written.
+    The files are written under `.traceforge-partial/` in the folder; `commit` puts them in place
+    of the config's old files and updates the manifest and card. Leaving the block without a
+    commit (an error, an interrupt) removes them and leaves the config as it was.
     """
-    manifest = prepare(folder)
-    config_dir = folder / config
-    config_dir.mkdir(parents=True, exist_ok=True)
-    for old in [*config_dir.glob("*-of-*.parquet"), *config_dir.glob("*.jsonl")]:
-        old.unlink()
-    files = []
-    for split, split_rows in rows.items():
-        if not split_rows:
-            continue
-        if features is None:
-            path = config_dir / f"{split}.jsonl"
-            with path.open("w", encoding="utf-8") as out:
-                for item in split_rows:
-                    out.write(json.dumps(item, ensure_ascii=False) + "\n")
-            files.append(path)
-            continue
-        dataset = Dataset.from_list(split_rows, features=features)
-        shards = max(1, math.ceil(dataset.data.nbytes / max_shard_bytes))
-        for index, path in enumerate(shard_paths(config_dir, split, shards)):
-            dataset.shard(shards, index, contiguous=True).to_parquet(str(path))
-            files.append(path)
-    if not any(config_dir.iterdir()):
-        config_dir.rmdir()
-    entry = {**entry, "files": [p.relative_to(folder).as_posix() for p in files]}
-    manifest["configs"][config] = entry
-    if license is not None:
-        manifest["license"] = license
-    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    (folder / "README.md").write_text(render_card(folder, manifest), encoding="utf-8")
-    return entry["files"]
+
+    def __init__(
+        self,
+        folder: Path,
+        config: str,
+        splits: list[str],
+        *,
+        features: Features | None,
+        max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+    ) -> None:
+        prepare(folder)
+        self.folder = folder
+        self.config = config
+        self.partial = folder / PARTIAL / config
+        shutil.rmtree(self.partial, ignore_errors=True)  # what an interrupted export left
+        self.partial.mkdir(parents=True)
+        self.splits: dict[str, _ParquetSplit | _JsonLinesSplit] = {
+            split: (
+                _JsonLinesSplit(self.partial, split)
+                if features is None
+                else _ParquetSplit(self.partial, split, features, max_shard_bytes)
+            )
+            for split in splits
+        }
+
+    def __enter__(self) -> ConfigWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for split in self.splits.values():
+            split.discard()
+        shutil.rmtree(self.partial, ignore_errors=True)
+        with contextlib.suppress(OSError):  # other configs' partial files, of exports running now
+            (self.folder / PARTIAL).rmdir()
+
+    def add(self, split: str, row: dict[str, Any], size: int) -> None:
+        """Write `row` to `split`; `size`: roughly its bytes (the batches of rows converted
+        together are cut by it)."""
+        self.splits[split].add(row, size)
+
+    @property
+    def rows(self) -> dict[str, int]:
+        """Rows written per split, splits without rows left out."""
+        return {name: split.rows for name, split in self.splits.items() if split.rows}
+
+    def commit(self, entry: dict[str, Any], license: str | None = None) -> list[str]:
+        """Put the files in place of the config's old ones, record `entry` (and `license`) in the
+        manifest, write the card; returns the files, relative to the folder."""
+        placed = []
+        for split in self.splits.values():
+            split.close()
+        config_dir = self.folder / self.config
+        config_dir.mkdir(parents=True, exist_ok=True)
+        for old in [*config_dir.glob("*-of-*.parquet"), *config_dir.glob("*.jsonl")]:
+            old.unlink()
+        for split in self.splits.values():
+            for written, name in split.final_names():
+                placed.append(written.replace(config_dir / name))
+        if not any(config_dir.iterdir()):
+            config_dir.rmdir()
+        manifest = read_manifest(self.folder)
+        entry = {**entry, "files": [p.relative_to(self.folder).as_posix() for p in placed]}
+        manifest["configs"][self.config] = entry
+        if license is not None:
+            manifest["license"] = license
+        text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+        (self.folder / MANIFEST).write_text(text, encoding="utf-8")
+        (self.folder / "README.md").write_text(render_card(self.folder, manifest), encoding="utf-8")
+        return entry["files"]
+
+
+class _ParquetSplit:
+    """A split's parquet shards, written a batch of rows at a time with `datasets`' own parquet
+    writer (as `Dataset.to_parquet` writes them), a new shard begun when the next batch would take
+    the current one past `max_shard_bytes`."""
+
+    def __init__(self, partial: Path, split: str, features: Features, max_shard_bytes: int) -> None:
+        self.partial = partial
+        self.split = split
+        self.features = features
+        self.max_shard_bytes = max_shard_bytes
+        # A batch is at most a quarter of a shard, so shards come out near their size.
+        self.batch_bytes = max(1, min(BATCH_BYTES, max_shard_bytes // 4))
+        self.batch: list[dict[str, Any]] = []
+        self.batch_size = 0  # the sizes its rows were added with
+        self.shards: list[Path] = []
+        self.writer: ParquetWriter | None = None
+        self.shard_bytes = 0
+        self.rows = 0
+
+    def add(self, row: dict[str, Any], size: int) -> None:
+        self.batch.append(row)
+        self.rows += 1
+        self.batch_size += size
+        if len(self.batch) >= BATCH_ROWS or self.batch_size >= self.batch_bytes:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self.batch:
+            return
+        table = Dataset.from_list(self.batch, features=self.features).data.table
+        self.batch, self.batch_size = [], 0
+        if self.writer is not None and self.shard_bytes + table.nbytes > self.max_shard_bytes:
+            self._end_shard()
+        if self.writer is None:
+            self.shards.append(self.partial / f"{self.split}-{len(self.shards):05d}.parquet")
+            self.writer = ParquetWriter(features=self.features, path=str(self.shards[-1]))
+        self.writer.write_table(table)
+        self.shard_bytes += table.nbytes
+
+    def _end_shard(self) -> None:
+        self.writer.finalize()
+        self.writer, self.shard_bytes = None, 0
+
+    def close(self) -> None:
+        self._flush()
+        if self.writer is not None:
+            self._end_shard()
+
+    def discard(self) -> None:
+        """Let go of the open shard, unfinished, and of the rows not written."""
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+        self.batch = []
+
+    def final_names(self) -> list[tuple[Path, str]]:
+        count = len(self.shards)
+        return [(path, f"{self.split}-{i:05d}-of-{count:05d}.parquet") for i, path in enumerate(self.shards)]
+
+
+class _JsonLinesSplit:
+    """A split as one JSON Lines file, a row per line."""
+
+    def __init__(self, partial: Path, split: str) -> None:
+        self.split = split
+        self.path = partial / f"{split}.jsonl"
+        self.out = None
+        self.rows = 0
+
+    def add(self, row: dict[str, Any], size: int) -> None:
+        if self.out is None:
+            self.out = self.path.open("w", encoding="utf-8")
+        self.out.write(json.dumps(row, ensure_ascii=False) + "\n")
+        self.rows += 1
+
+    def close(self) -> None:
+        if self.out is not None:
+            self.out.close()
+
+    def discard(self) -> None:
+        self.close()
+
+    def final_names(self) -> list[tuple[Path, str]]:
+        return [(self.path, self.path.name)] if self.rows else []

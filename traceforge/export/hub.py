@@ -23,7 +23,7 @@ from huggingface_hub.errors import HfHubHTTPError
 
 from traceforge import __version__
 from traceforge.export.card import MANIFEST
-from traceforge.export.folder import read_manifest
+from traceforge.export.folder import PARTIAL, read_manifest
 
 
 class HubError(Exception):
@@ -100,6 +100,7 @@ def push_folder(
             folder_path=folder,
             commit_message=commit_message or f"traceforge {__version__}: {', '.join(configs)}",
             delete_patterns=[f"{config}/*" for config in manifest["configs"]],
+            ignore_patterns=[f"{PARTIAL}/**"],  # an interrupted export's files
         )
     except HfHubHTTPError as exc:
         raise HubError(_http_message(exc, repo_id)) from exc

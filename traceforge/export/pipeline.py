@@ -13,8 +13,7 @@ from __future__ import annotations
 import shlex
 import sys
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,9 +24,8 @@ import duckdb
 
 from traceforge import __version__
 from traceforge.export import folder, parallel, preference, sft
-from traceforge.export.redact import redact
-from traceforge.export.selection import Criteria, Selection, select
-from traceforge.export.source import Conversation, trim_unanswered
+from traceforge.export.selection import Criteria, Preparation, Selection
+from traceforge.export.source import Conversation
 
 KINDS = ("sft", "parallel", "preference", "rl")
 FORMATS = ("hf", "openai")
@@ -47,6 +45,7 @@ class ExportOptions:
     license: str | None = None
     max_shard_bytes: int = folder.DEFAULT_MAX_SHARD_BYTES
     command: str | None = None  # the command line, for the card
+    workers: int | None = None  # processes preparing conversations (see Selection); None: automatic
 
     @property
     def config(self) -> str:
@@ -95,86 +94,137 @@ class ExportReport:
         }
 
 
-def export(con: duckdb.DuckDBPyConnection, options: ExportOptions) -> ExportReport:
-    """Write one export (a config of the folder `options.out`) and return what it did."""
+ProgressCallback = Callable[[int, int], None]  # (traces read, traces matched)
+# Conversations whose rows are built together (their dependency edges read in one query): at most
+# this many, or as many as hold this many messages, so one long session or many short ones.
+BATCH_CONVERSATIONS = 512
+BATCH_MESSAGES = 20_000
+
+
+def export(
+    con: duckdb.DuckDBPyConnection, options: ExportOptions, on_progress: ProgressCallback | None = None
+) -> ExportReport:
+    """Write one export (a config of the folder `options.out`) and return what it did.
+
+    The store is read a conversation at a time and rows are written as they are made, so memory
+    holds a batch of conversations and rows, not the export. `on_progress` is called with the
+    traces read so far and the traces matched."""
     if options.kind not in KINDS:
         raise ExportError(f"unknown export {options.kind!r}; choose one of {', '.join(KINDS)}")
     if options.fmt not in FORMATS:
         raise ExportError(f"unknown format {options.fmt!r}; choose one of {', '.join(FORMATS)}")
     if options.fmt == "openai" and options.kind == "rl":
         raise ExportError("OpenAI's fine-tuning formats have no prompt-only RL rows; use --format hf for rl")
-    folder.prepare(options.out)
+    folder.prepare(options.out)  # before the selection's queries: a folder it would refuse
 
-    counts_of: dict[tuple[str, int], Counter] = {}
     # An RL row is a task: the session's first prompt and what the whole session did. The other
     # kinds train on what the model saw, so a compacted session gives a row per context; the rows
     # that hold whole conversations end at the last assistant turn.
     by_context = options.kind != "rl"
-
-    def prepare(conversation: Conversation) -> Conversation:
-        if options.kind in ("sft", "parallel"):
-            conversation = trim_unanswered(conversation)
-        if options.redact:
-            conversation, counts_of[conversation.trace_id, conversation.context] = redact(conversation)
-        return conversation
-
-    selection = select(con, options.criteria, prepare, by_context)
-    rows, left_out, turns, used = _rows(con, options, selection)
-    kept_counts = [counts_of[key] for c in used if counts_of.get(key := (c.trace_id, c.context))]
-    redaction_counts = sum(kept_counts, Counter())
+    preparation = Preparation(trim_unanswered=options.kind in ("sft", "parallel"), redact=options.redact)
+    selection = Selection(con, options.criteria, preparation, by_context, options.workers)
     features = None if options.fmt == "openai" else _features(options.kind)
-    entry = {
-        "kind": options.kind,
-        "format": options.fmt,
-        "created_at": datetime.now(UTC).replace(microsecond=0).isoformat(),
-        "traceforge_version": __version__,
-        "command": options.command or f"traceforge export {options.kind}",
-        "source": _source(con, list(dict.fromkeys(c.trace_id for c in used))),
-        "criteria": options.criteria.describe(),
-        "selection": {
-            "matched": selection.matched,
-            "selected": len(selection.conversations),
-            "later_contexts": sum(1 for c in selection.conversations if c.context),
-            "dropped": dict(selection.dropped),
-        },
-        "left_out": dict(left_out),
-        "user_tool_calls_removed": sum(len(c.removed_user_calls) for c in used),
-        "unanswered_user_messages_trimmed": sum(c.unanswered_user_messages for c in used),
-        "inferred_tool_schemas": sum(1 for c in used if c.inferred_tools),
-        "rows": {split: len(items) for split, items in rows.items() if items},
-        "turns": turns,
-        "redaction": {
-            "enabled": options.redact,
-            "counts": dict(redaction_counts),
-            "traces": len(kept_counts),
-        },
-    }
-    with _quiet_datasets():
-        files = folder.write_config(
-            options.out,
-            options.config,
-            rows,
-            features=features,
-            entry=entry,
-            license=options.license,
-            max_shard_bytes=options.max_shard_bytes,
-        )
+    splits = [name for name, _ in options.criteria.splits]
+    with folder.ConfigWriter(
+        options.out, options.config, splits, features=features, max_shard_bytes=options.max_shard_bytes
+    ) as writer:
+        used = _Used()
+        left_out: Counter = Counter()
+        turns: Counter = Counter()
+        for batch in _batches(selection, on_progress):
+            for split, row, conversation in _rows(con, options, batch, left_out, turns):
+                writer.add(split, row, conversation.chars)
+                used.add(conversation)
+        entry = {
+            "kind": options.kind,
+            "format": options.fmt,
+            "created_at": datetime.now(UTC).replace(microsecond=0).isoformat(),
+            "traceforge_version": __version__,
+            "command": options.command or f"traceforge export {options.kind}",
+            "source": _source(con, list(used.trace_ids)),
+            "criteria": options.criteria.describe(),
+            "selection": {
+                "matched": selection.matched,
+                "selected": selection.selected,
+                "later_contexts": selection.later_contexts,
+                "dropped": dict(selection.dropped),
+            },
+            "left_out": dict(left_out),
+            "user_tool_calls_removed": used.user_tool_calls_removed,
+            "unanswered_user_messages_trimmed": used.unanswered_user_messages_trimmed,
+            "inferred_tool_schemas": used.inferred_tool_schemas,
+            "rows": writer.rows,
+            "turns": dict(turns) if turns else None,
+            "redaction": {
+                "enabled": options.redact,
+                "counts": dict(used.redactions),
+                "traces": used.redacted,
+            },
+        }
+        files = writer.commit(entry, options.license)
     return ExportReport(
         kind=options.kind,
         config=options.config,
         out=options.out,
         matched=selection.matched,
-        selected=len(selection.conversations),
+        selected=selection.selected,
         dropped=dict(selection.dropped),
         left_out=dict(left_out),
         rows=entry["rows"],
         redaction=entry["redaction"],
-        turns=turns,
+        turns=entry["turns"],
         files=files,
-        user_tool_calls_removed=entry["user_tool_calls_removed"],
-        unanswered_user_messages_trimmed=entry["unanswered_user_messages_trimmed"],
-        later_contexts=entry["selection"]["later_contexts"],
+        user_tool_calls_removed=used.user_tool_calls_removed,
+        unanswered_user_messages_trimmed=used.unanswered_user_messages_trimmed,
+        later_contexts=selection.later_contexts,
     )
+
+
+@dataclass
+class _Used:
+    """What the dataset card says of the conversations rows were made from, counted as they go."""
+
+    trace_ids: dict[str, None] = field(default_factory=dict)  # in order, once each
+    user_tool_calls_removed: int = 0
+    unanswered_user_messages_trimmed: int = 0
+    inferred_tool_schemas: int = 0  # conversations with a tool schema inferred from its calls
+    redactions: Counter = field(default_factory=Counter)
+    redacted: int = 0  # conversations with something redacted
+    last: Conversation | None = None
+
+    def add(self, conversation: Conversation) -> None:
+        """Count a conversation a row was made from, once however many rows it gave (a
+        conversation's rows come one after another)."""
+        if conversation is self.last:
+            return
+        self.last = conversation
+        self.trace_ids[conversation.trace_id] = None
+        self.user_tool_calls_removed += len(conversation.removed_user_calls)
+        self.unanswered_user_messages_trimmed += conversation.unanswered_user_messages
+        self.inferred_tool_schemas += bool(conversation.inferred_tools)
+        if conversation.redactions:
+            self.redactions.update(conversation.redactions)
+            self.redacted += 1
+
+
+def _batches(
+    selection: Selection, on_progress: ProgressCallback | None
+) -> Iterator[list[tuple[Conversation, str]]]:
+    """The selection's conversations and splits, a batch at a time, reporting progress."""
+    batch: list[tuple[Conversation, str]] = []
+    messages = 0
+    for item in selection:
+        batch.append(item)
+        messages += len(item[0].messages)
+        if len(batch) >= BATCH_CONVERSATIONS or messages >= BATCH_MESSAGES:
+            yield batch
+            batch, messages = [], 0
+            if on_progress is not None:
+                on_progress(selection.traces_read, selection.matched)
+    if batch:
+        yield batch
+    if on_progress is not None:
+        on_progress(selection.matched, selection.matched)
 
 
 def _features(kind: str) -> datasets.Features:
@@ -187,33 +237,31 @@ def _features(kind: str) -> datasets.Features:
 
 
 def _rows(
-    con: duckdb.DuckDBPyConnection, options: ExportOptions, selection: Selection
-) -> tuple[dict[str, list[dict[str, Any]]], Counter, dict[str, int] | None, list[Conversation]]:
-    """Rows per split for the export's kind, what was left out and why, the turn counts, and the
-    conversations the rows were made from (for the card's counts)."""
+    con: duckdb.DuckDBPyConnection,
+    options: ExportOptions,
+    batch: list[tuple[Conversation, str]],
+    left_out: Counter,
+    turns: Counter,
+) -> Iterator[tuple[str, dict[str, Any], Conversation]]:
+    """The rows of a batch of conversations for the export's kind, each with its split and the
+    conversation it was made from; what was left out is counted by reason in `left_out`, the
+    turns the rewrites changed in `turns`."""
     openai = options.fmt == "openai"
-    rows: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in options.criteria.splits}
-    left_out: Counter = Counter()
-    used: list[Conversation] = []
     if options.kind == "sft":
-        for conversation in selection.conversations:
-            made = sft.openai_row(conversation) if openai else sft.row(conversation)
-            rows[selection.split[conversation.trace_id]].append(made)
-        return rows, left_out, None, selection.conversations
+        for conversation, split in batch:
+            yield split, (sft.openai_row(conversation) if openai else sft.row(conversation)), conversation
+        return
     if options.kind == "rl":
-        for conversation in selection.conversations:
+        for conversation, split in batch:
             made = preference.rl_row(conversation)
             if made is None:
                 left_out["no_user_prompt"] += 1
                 continue
-            rows[selection.split[conversation.trace_id]].append(made)
-            used.append(conversation)
-        return rows, left_out, None, used
+            yield split, made, conversation
+        return
 
-    trace_ids = [c.trace_id for c in selection.conversations]
-    deps, analysed = parallel.load_deps(con, trace_ids)
-    turns = Counter()
-    for conversation in selection.conversations:
+    deps, analysed = parallel.load_deps(con, list(dict.fromkeys(c.trace_id for c, _ in batch)))
+    for conversation, split in batch:
         removed = set(conversation.removed_user_calls)  # edges to the user's own calls cross a user turn
         trace_deps = [
             (s, d) for s, d in deps.get(conversation.trace_id, []) if s not in removed and d not in removed
@@ -226,8 +274,6 @@ def _rows(
             left_out[outcome.left_out] += 1
             continue
         result = outcome.rewrite
-        used.append(conversation)
-        split = rows[selection.split[conversation.trace_id]]
         turns.update(
             original=result.original_turns,
             parallel=result.parallel_turns,
@@ -235,13 +281,14 @@ def _rows(
             thoughts_dropped=result.thoughts_dropped,
         )
         if options.kind == "parallel":
-            split.append(
-                parallel.openai_row(conversation, result) if openai else parallel.row(conversation, result)
+            yield (
+                split,
+                parallel.openai_row(conversation, result) if openai else parallel.row(conversation, result),
+                conversation,
             )
         else:
-            pairs = preference.pairs(conversation, result)
-            split.extend([preference.openai_pair(p) for p in pairs] if openai else pairs)
-    return rows, left_out, dict(turns) if turns else None, used
+            for pair in preference.pairs(conversation, result):
+                yield split, (preference.openai_pair(pair) if openai else pair), conversation
 
 
 def _source(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> dict[str, Any]:
@@ -271,15 +318,3 @@ def command_line(argv: list[str] | None = None) -> str:
         elif arg.startswith("--token="):
             args[index] = "--token=REDACTED"
     return shlex.join(["traceforge", *args])
-
-
-@contextmanager
-def _quiet_datasets() -> Iterator[None]:
-    """No `datasets` progress bars while writing shards (traceforge prints its own summary)."""
-    enabled = datasets.is_progress_bar_enabled()
-    datasets.disable_progress_bars()
-    try:
-        yield
-    finally:
-        if enabled:
-            datasets.enable_progress_bars()

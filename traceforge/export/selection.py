@@ -9,15 +9,16 @@ Steps, each counted so the dataset card can say what was left out and why:
 3. `over_limits`: length limits drop a conversation whole, never truncate it (a cut agent trace
    loses its outcome): messages, characters, and tokens (the largest recorded input + output of one
    LLM call in the trace; where the source reported no usage, characters / 4).
-4. `deduplicate`: exact duplicates by a hash of the normalised text (case folded, whitespace
+4. `Deduplicator`: exact duplicates by a hash of the normalised text (case folded, whitespace
    collapsed) of the system prompt, tools and messages; near duplicates by MinHash over 5-word
    shingles of the non-system messages (128-bin one-permutation MinHash, LSH with 16 bands of 8
    rows, then the estimated Jaccard similarity against `near_dup_threshold`). The first trace in
-   (started_at, trace_id) order is kept.
+   (started_at, trace_id) order is kept, so a selection is
+   read in that order, a conversation at a time (`Selection`).
 5. `split_of`: a trace's split is a function of the seed and its id only (a hash mapped to [0, 1)
    against the cumulative split fractions), so a trace is in one split in every export made with
    that seed, whatever else is selected; proportions are therefore close to, not exactly, the
-   fractions asked for. A compacted trace read by context (`source.load_conversations`) has all
+   fractions asked for. A compacted trace read by context (`source.trace_conversations`) has all
    its contexts in its split.
 """
 
@@ -26,21 +27,36 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from array import array
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime
 
 import duckdb
 
 from traceforge import store
 from traceforge.analysis.prefix_cache import DEFAULT_CHARS_PER_TOKEN
-from traceforge.export.source import Conversation, conversation_text, load_conversations
+from traceforge.export.redact import redact
+from traceforge.export.source import (
+    Conversation,
+    TraceRows,
+    conversation_text,
+    iter_trace_rows,
+    trace_conversations,
+    trim_unanswered,
+)
+from traceforge.workers import ordered_map, worker_count
 
 SPLIT_NAME = re.compile(r"^\w+(\.\w+)*$")  # what `datasets` accepts as a split name
 SHINGLE_WORDS = 5
 MINHASH_PERMUTATIONS = 128
 LSH_BANDS = 16
+# A worker's piece of work: this many traces, or fewer holding this many messages.
+BATCH_TRACES = 64
+BATCH_MESSAGES = 5_000
+# Below this many traces, starting worker processes costs more than they save.
+PARALLEL_MIN_TRACES = 200
 
 
 class SelectionError(ValueError):
@@ -124,58 +140,136 @@ def parse_splits(text: str) -> tuple[tuple[str, float], ...]:
     return tuple(splits)
 
 
+@dataclass(frozen=True)
+class Preparation:
+    """What is done to each usable conversation before the limits and dedup: the user messages
+    nothing answered trimmed (`source.trim_unanswered`) and redaction (`redact.redact`, its counts
+    kept in `Conversation.redactions`). Plain data, so worker processes can apply it."""
+
+    trim_unanswered: bool = False
+    redact: bool = False
+
+    def __call__(self, conversation: Conversation) -> Conversation:
+        if self.trim_unanswered:
+            conversation = trim_unanswered(conversation)
+        if self.redact:
+            conversation, counts = redact(conversation)
+            conversation.redactions = dict(counts)
+        return conversation
+
+
 @dataclass
+class Candidate:
+    """A conversation as it comes to the dedup: prepared, with why it is dropped if it is, and
+    its dedup key and signature (`dedup_keys`) if it is not and the criteria deduplicate."""
+
+    conversation: Conversation
+    dropped: str | None = None
+    key: bytes | None = None
+    signature: array | None = None
+
+
+def candidates(
+    criteria: Criteria, preparation: Preparation, by_context: bool, traces: list[TraceRows]
+) -> list[Candidate]:
+    """The conversations of a batch of traces, checked, prepared, limited and keyed for the dedup:
+    everything a selection does to a conversation that does not depend on the ones before it, so
+    worker processes can do it while the selection decides, in order, which are duplicates."""
+    out = []
+    for rows in traces:
+        for conversation in trace_conversations(rows, by_context):
+            candidate = Candidate(conversation, conversation.problem)
+            if candidate.dropped is None:
+                candidate.conversation = conversation = preparation(conversation)
+                conversation.chars = text_chars(conversation)
+                candidate.dropped = over_limits(conversation, criteria, conversation.chars)
+            if candidate.dropped is None and criteria.dedup:
+                candidate.key, candidate.signature = dedup_keys(conversation)
+            out.append(candidate)
+    return out
+
+
 class Selection:
-    """The conversations chosen, each with its split, and what was left out on the way."""
+    """The conversations an export is made of, each with its split: the traces matching the
+    criteria are found when the selection is made (`matched`); iterating it loads, checks,
+    prepares, limits and deduplicates them as it goes (with `by_context`, one conversation per
+    context of a compacted trace: see `source.trace_conversations`), holding a few batches of
+    traces and the dedup's keys and signatures, never the whole selection.
 
-    conversations: list[Conversation]
-    split: dict[str, str]  # trace_id -> split name
-    matched: int  # traces that matched the criteria in the store
-    dropped: Counter = field(default_factory=Counter)  # reason -> conversations (see `select`)
-
-    def by_split(self) -> dict[str, list[Conversation]]:
-        out: dict[str, list[Conversation]] = {}
-        for conversation in self.conversations:
-            out.setdefault(self.split[conversation.trace_id], []).append(conversation)
-        return out
-
-
-def select(
-    con: duckdb.DuckDBPyConnection,
-    criteria: Criteria,
-    prepare: Callable[[Conversation], Conversation] | None = None,
-    by_context: bool = False,
-) -> Selection:
-    """Match, load, check, limit, deduplicate and split: the conversations an export is made of
-    (with `by_context`, one per context of a compacted trace: see `source.load_conversations`).
-
-    `prepare` is applied to each usable conversation before the limits and dedup (the export
-    pipeline passes the trimming of unanswered user messages and the redactor). Conversations that
-    cannot be training examples (see `Conversation.problem`) are dropped under their problem's
-    name. `dropped` counts conversations: with `by_context`, a compacted trace's contexts count
-    apart, as its rows do.
+    The work on each conversation (`candidates`) runs in worker processes when there are more than
+    `PARALLEL_MIN_TRACES` traces (`workers`: how many; default one per CPU, `TRACEFORGE_WORKERS`),
+    while this process reads the store and keeps the first of each group of duplicates, in order.
+    Conversations that cannot be training examples (see `Conversation.problem`) are dropped under
+    their problem's name. `dropped` (reason -> conversations: with `by_context`, a compacted
+    trace's contexts count apart, as its rows do), `selected` and `later_contexts` are complete
+    once a pass has ended.
     """
-    trace_ids = matching_trace_ids(con, criteria)
-    dropped: Counter = Counter()
-    copied = resumed_elsewhere(con, trace_ids)
-    if copied:
-        dropped["resumed_elsewhere"] = len(copied)
-    usable = []
-    for conversation in load_conversations(con, [t for t in trace_ids if t not in copied], by_context):
-        if conversation.problem:
-            dropped[conversation.problem] += 1
-            continue
-        if prepare is not None:
-            conversation = prepare(conversation)
-        reason = over_limits(conversation, criteria)
-        if reason:
-            dropped[reason] += 1
-            continue
-        usable.append(conversation)
-    if criteria.dedup:
-        usable = deduplicate(usable, criteria.near_dup_threshold, dropped)
-    split = {c.trace_id: split_of(c.trace_id, criteria.splits, criteria.seed) for c in usable}
-    return Selection(usable, split, matched=len(trace_ids), dropped=dropped)
+
+    def __init__(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        criteria: Criteria,
+        preparation: Preparation = Preparation(),
+        by_context: bool = False,
+        workers: int | None = None,
+    ) -> None:
+        self.con = con
+        self.criteria = criteria
+        self.preparation = preparation
+        self.by_context = by_context
+        self.workers = workers
+        self.trace_ids = matching_trace_ids(con, criteria)
+        self.matched = len(self.trace_ids)
+        self.dropped: Counter = Counter()
+        self.selected = 0
+        self.later_contexts = 0  # of `selected`: contexts after a compaction (see export.source)
+        self.traces_read = 0  # traces whose conversations the pass has read, for progress
+
+    def __iter__(self) -> Iterator[tuple[Conversation, str]]:
+        criteria = self.criteria
+        self.dropped = Counter()
+        self.selected = self.later_contexts = 0
+        copied = resumed_elsewhere(self.con, self.trace_ids)
+        if copied:
+            self.dropped["resumed_elsewhere"] = len(copied)
+        self.traces_read = len(copied)
+        wanted = [t for t in self.trace_ids if t not in copied]
+        duplicates = Deduplicator(criteria.near_dup_threshold)
+        shared = (criteria, self.preparation, self.by_context)
+        batches = _trace_batches(iter_trace_rows(self.con, wanted))
+        count = worker_count(self.workers, len(wanted), PARALLEL_MIN_TRACES)
+        if count > 1:
+            results = ordered_map("traceforge.export.selection:candidates", batches, count, shared)
+        else:
+            results = (candidates(*shared, batch) for batch in batches)
+        for batch in results:
+            self.traces_read += len({c.conversation.trace_id for c in batch})
+            for candidate in batch:
+                reason = candidate.dropped
+                if reason is None and criteria.dedup:
+                    reason = duplicates.check(candidate.key, candidate.signature)
+                if reason is not None:
+                    self.dropped[reason] += 1
+                    continue
+                conversation = candidate.conversation
+                self.selected += 1
+                self.later_contexts += bool(conversation.context)
+                yield conversation, split_of(conversation.trace_id, criteria.splits, criteria.seed)
+
+
+def _trace_batches(traces: Iterator[TraceRows]) -> Iterator[list[TraceRows]]:
+    """Traces in batches of `BATCH_TRACES`, or fewer holding `BATCH_MESSAGES` messages: a worker's
+    piece of work."""
+    batch: list[TraceRows] = []
+    messages = 0
+    for rows in traces:
+        batch.append(rows)
+        messages += len(rows.messages)
+        if len(batch) >= BATCH_TRACES or messages >= BATCH_MESSAGES:
+            yield batch
+            batch, messages = [], 0
+    if batch:
+        yield batch
 
 
 def matching_trace_ids(con: duckdb.DuckDBPyConnection, criteria: Criteria) -> list[str]:
@@ -229,11 +323,16 @@ def resumed_elsewhere(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> s
     return {row[0] for row in rows}
 
 
-def over_limits(conversation: Conversation, criteria: Criteria) -> str | None:
-    """The first length limit the conversation exceeds (a reason for the counts), or None."""
+def text_chars(conversation: Conversation) -> int:
+    """The characters of a conversation's text (`conversation_text`) and tool schemas (as JSON)."""
+    return len(conversation_text(conversation.messages)) + len(json.dumps(conversation.tools))
+
+
+def over_limits(conversation: Conversation, criteria: Criteria, chars: int) -> str | None:
+    """The first length limit the conversation exceeds (a reason for the counts), or None.
+    `chars`: its `text_chars`."""
     if criteria.max_messages is not None and len(conversation.messages) > criteria.max_messages:
         return "over_max_messages"
-    chars = len(conversation_text(conversation.messages)) + len(json.dumps(conversation.tools))
     if criteria.max_chars is not None and chars > criteria.max_chars:
         return "over_max_chars"
     if criteria.max_tokens is not None:
@@ -250,13 +349,14 @@ def normalized(text: str) -> str:
     return " ".join(text.casefold().split())
 
 
-def exact_key(conversation: Conversation) -> str:
+def exact_key(conversation: Conversation) -> bytes:
     tools = json.dumps(conversation.tools, sort_keys=True, ensure_ascii=False)
     text = normalized(tools + "\n" + conversation_text(conversation.messages))
-    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+    return hashlib.blake2b(text.encode(), digest_size=16).digest()
 
 
 _UINT64 = (1 << 64) - 1
+EMPTY = _UINT64  # each entry of the signature of a text without words
 
 
 def shingles(text: str, words: int = SHINGLE_WORDS) -> set[int]:
@@ -297,22 +397,25 @@ class MinHasher:
         self.bins = permutations
         self.shift = permutations.bit_length() - 1
 
-    def signature(self, hashes: set[int]) -> tuple[tuple[int, int], ...]:
+    def signature(self, hashes: set[int]) -> array:
+        """Per bin, its smallest value and the distance it was borrowed from, packed in 64 bits
+        (the value in the hash's bits above the bin's, the distance in the bin's): equal packed
+        entries are equal pairs. No hashes: every entry `EMPTY`."""
         if not hashes:
-            return tuple((0, -1) for _ in range(self.bins))
+            return array("Q", [EMPTY]) * self.bins
         # Uniform 64-bit hashes put about 16 per bin under `below`: the smallest of each bin is
         # among them unless a bin has none there (about 1 set in 50,000), when all are read.
         below = (16 * self.bins << 64) // len(hashes)
         lowest = self._lowest(sorted(filter(below.__gt__, hashes)))
         if None in lowest:
             lowest = self._lowest(sorted(hashes))
-        out = []
+        out = array("Q")
         for b in range(self.bins):
             distance = 0
             while lowest[(b + distance) % self.bins] is None:
                 distance += 1
-            out.append((lowest[(b + distance) % self.bins], distance))
-        return tuple(out)
+            out.append(lowest[(b + distance) % self.bins] << self.shift | distance)
+        return out
 
     def _lowest(self, ascending: list[int]) -> list[int | None]:
         """Each bin's smallest value (the bits above the bin's), None where it has none: in
@@ -330,41 +433,71 @@ class MinHasher:
         return lowest
 
     @staticmethod
-    def similarity(a: tuple, b: tuple) -> float:
-        return sum(x == y for x, y in zip(a, b, strict=True)) / len(a)
+    def similarity(a: array, b: array) -> float:
+        return sum(map(int.__eq__, a, b)) / len(a)
 
 
-def deduplicate(conversations: list[Conversation], threshold: float, dropped: Counter) -> list[Conversation]:
-    """Conversations without exact and near duplicates; the first of each group is kept.
+_HASHER = MinHasher()
 
-    Drops are counted in `dropped` as `exact_duplicate` and `near_duplicate`.
+
+class Deduplicator:
+    """Exact and near duplicates of the conversations seen before, in the order they are checked:
+    the first of each group is kept. Holds a 16-byte key and a 1 KB signature per kept
+    conversation.
+
+    >>> from traceforge.export.source import message
+    >>> said = [message("user", "what is the weather in Paris today"), message("assistant", "sunny")]
+    >>> duplicates = Deduplicator(threshold=0.9)
+    >>> duplicates.check(*dedup_keys(Conversation("a", None, "unknown", None, said, [])))
+    >>> duplicates.check(*dedup_keys(Conversation("b", None, "unknown", None, said, [])))
+    'exact_duplicate'
     """
-    seen: set[str] = set()
-    unique = []
-    for conversation in conversations:
-        key = exact_key(conversation)
-        if key in seen:
-            dropped["exact_duplicate"] += 1
-            continue
-        seen.add(key)
-        unique.append(conversation)
 
-    hasher = MinHasher()
-    rows = MINHASH_PERMUTATIONS // LSH_BANDS
-    buckets: dict[tuple[int, tuple], list[tuple]] = {}
-    kept = []
-    for conversation in unique:
-        text = conversation_text(conversation.messages, roles=("user", "assistant", "tool"))
-        signature = hasher.signature(shingles(text))
-        keys = [(band, signature[band * rows : (band + 1) * rows]) for band in range(LSH_BANDS)]
-        candidates = {id(s): s for key in keys for s in buckets.get(key, [])}
-        if any(hasher.similarity(signature, other) >= threshold for other in candidates.values()):
-            dropped["near_duplicate"] += 1
-            continue
-        for key in keys:
-            buckets.setdefault(key, []).append(signature)
-        kept.append(conversation)
-    return kept
+    def __init__(self, threshold: float) -> None:
+        self.threshold = threshold
+        self.band_rows = MINHASH_PERMUTATIONS // LSH_BANDS
+        self.exact_keys: set[bytes] = set()
+        self.signatures: list[array] = []
+        # Per LSH band key (the band's number and values, hashed in this process: a collision only
+        # adds a candidate, which the similarity then rules out), the kept signature that has it,
+        # or a list of them when several do (most keys have one: a list each would double this).
+        self.buckets: dict[int, int | list[int]] = {}
+
+    def check(self, key: bytes, signature: array) -> str | None:
+        """Whether a conversation checked before was the same ("exact_duplicate") or nearly so
+        ("near_duplicate"); None, remembering this one, when none was. `key` and `signature`:
+        the conversation's `dedup_keys`."""
+        if key in self.exact_keys:
+            return "exact_duplicate"
+        self.exact_keys.add(key)
+        rows = self.band_rows
+        bands = [hash((b, signature[b * rows : (b + 1) * rows].tobytes())) for b in range(LSH_BANDS)]
+        candidates: set[int] = set()
+        for band in bands:
+            held = self.buckets.get(band)
+            if isinstance(held, list):
+                candidates.update(held)
+            elif held is not None:
+                candidates.add(held)
+        similarity = MinHasher.similarity
+        if any(similarity(signature, self.signatures[index]) >= self.threshold for index in candidates):
+            return "near_duplicate"
+        index = len(self.signatures)
+        for band in bands:
+            held = self.buckets.setdefault(band, index)
+            if isinstance(held, list):
+                held.append(index)
+            elif held != index:
+                self.buckets[band] = [held, index]
+        self.signatures.append(signature)
+        return None
+
+
+def dedup_keys(conversation: Conversation) -> tuple[bytes, array]:
+    """What the dedup compares: the exact key (`exact_key`) and the MinHash signature of the
+    5-word shingles of the non-system messages."""
+    text = conversation_text(conversation.messages, roles=("user", "assistant", "tool"))
+    return exact_key(conversation), _HASHER.signature(shingles(text))
 
 
 def split_of(trace_id: str, splits: tuple[tuple[str, float], ...], seed: int) -> str:

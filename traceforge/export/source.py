@@ -25,14 +25,14 @@ trace is not (the model never saw the history and the summary together).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import duckdb
+import polars as pl
 
 from traceforge import store
-from traceforge.analysis.batches import rows_by_trace
 from traceforge.analysis.prefix_cache import DEFAULT_CHARS_PER_TOKEN
 
 MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content")
@@ -63,6 +63,11 @@ class Conversation:
     # unless the trace was read by context and compacted.
     context: int = 0
     contexts: int = 1
+    # What the export's redaction replaced in it, occurrences per kind (see `export.redact`).
+    redactions: dict[str, int] = field(default_factory=dict)
+    # Its text and tool schemas in characters, once prepared for an export (`selection.text_chars`):
+    # what --max-chars limits, and roughly the bytes of a row made of it.
+    chars: int = 0
 
     @property
     def call_ids(self) -> set[str]:
@@ -106,103 +111,193 @@ def message(role: str, content: str | None = None, **fields: Any) -> dict[str, A
     return out
 
 
-def load_conversations(
-    con: duckdb.DuckDBPyConnection, trace_ids: list[str], by_context: bool = False
-) -> list[Conversation]:
-    """The conversations of `trace_ids`, in that order, each checked and normalised; with
-    `by_context`, a compacted trace's contexts one after another, each a conversation of its own.
+@dataclass
+class TraceRows:
+    """A trace's rows as the store holds them, what `trace_conversations` makes its conversations
+    of (in whichever process does it)."""
 
-    >>> convs = load_conversations(con, ["c1"])          # doctest: +SKIP
-    >>> convs[0].messages[2]["tool_calls"][0]["function"]  # doctest: +SKIP
-    {'name': 'get_weather', 'arguments': {'city': 'Paris'}}
+    trace_id: str
+    workload: str | None
+    outcome: str | None
+    model: str | None  # the model of most of its LLM calls
+    compactions: list[int | None] | None  # `store.COMPACTION_STARTS_SQL`
+    sizes: list[tuple]  # per LLM call with usage: (seq of its first message, input + output tokens)
+    messages: list[tuple]  # (seq, role, content, tool_calls, tool_call_id, name, reasoning)
+    defs: list[tuple]  # tool definitions: (name, description, parameters)
+
+
+def iter_trace_rows(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> Iterator[TraceRows]:
+    """The rows of `trace_ids`, a trace at a time, in that order (`trace_conversations` makes
+    them conversations).
+
+    Read as they are used: each of the four queries (traces, call sizes, messages, tool
+    definitions) is sorted by the traces' position in `trace_ids` inside DuckDB (which spills to
+    disk past its memory limit) and fetched a block at a time, so a store of any size is read once,
+    holding one trace's rows at a time in Python.
     """
     if not trace_ids:
-        return []
-    with store.registered_ids(con, "_tf_export_ids", trace_ids):
-        traces = con.execute(
-            f"""
-            SELECT t.trace_id, t.workload, t.outcome, c.model, {store.COMPACTION_STARTS_SQL}
-            FROM traces t
-            JOIN _tf_export_ids USING (trace_id)
-            LEFT JOIN (
-                SELECT trace_id, mode(model) AS model FROM llm_calls JOIN _tf_export_ids USING (trace_id)
-                GROUP BY trace_id
-            ) c USING (trace_id)
-            """
-        ).fetchall()
-        # Each call's input + output where usage was reported, with the seq of its first message
-        # (which context it ran in); a partial output count's stand-in: its message's text in rough
-        # tokens.
-        sizes = con.execute(
-            """
-            SELECT c.trace_id, m.first_seq,
-                   c.input_tokens + CASE WHEN c.output_tokens_partial
-                                         THEN greatest(coalesce(c.output_tokens, 0), m.text_tokens)
-                                         ELSE coalesce(c.output_tokens, 0) END
-            FROM llm_calls c JOIN _tf_export_ids USING (trace_id)
-            LEFT JOIN (
-                SELECT trace_id, call_id, min(seq) AS first_seq,
-                       sum(length(coalesce(content, '')) + length(coalesce(reasoning, ''))
-                           + length(coalesce(tool_calls::VARCHAR, ''))) // ? AS text_tokens
-                FROM messages JOIN _tf_export_ids USING (trace_id)
-                WHERE role = 'assistant' AND call_id IS NOT NULL
-                GROUP BY trace_id, call_id
-            ) m USING (trace_id, call_id)
-            WHERE c.usage_reported
-            """,
-            [int(DEFAULT_CHARS_PER_TOKEN)],
-        ).fetchall()
-        messages = con.execute(
-            """
-            SELECT trace_id, seq, role, content, tool_calls, tool_call_id, name, reasoning
-            FROM messages JOIN _tf_export_ids USING (trace_id)
-            ORDER BY trace_id, seq
-            """
-        ).fetchall()
-        defs = con.execute(
-            """
-            SELECT trace_id, name, description, parameters
-            FROM tool_defs JOIN _tf_export_ids USING (trace_id)
-            ORDER BY trace_id, name
-            """
-        ).fetchall()
-    sizes_of = rows_by_trace(sizes)
-    messages_of = rows_by_trace(messages)
-    defs_of = rows_by_trace(defs)
-    by_id: dict[str, list[Conversation]] = {}
-    for trace_id, workload, outcome, model, compactions in traces:
-        starts = store.context_starts(compactions) if by_context else []
-        peaks: dict[int, int] = {}
-        for first_seq, tokens in sizes_of.get(trace_id, []):
-            if tokens is not None:
-                context = store.context_of(starts, first_seq) if first_seq is not None else 0
-                peaks[context] = max(peaks.get(context, 0), int(tokens))
-        rows_of_context: dict[int, list[tuple]] = {}
-        for seq, *row in messages_of.get(trace_id, []):
-            rows_of_context.setdefault(store.context_of(starts, seq), []).append(tuple(row))
-        conversations = []
-        contexts = sorted(rows_of_context) or [0]
-        for context in contexts:
-            conversation = Conversation(
-                trace_id=trace_id,
-                workload=workload,
-                outcome=outcome or "unknown",
-                model=model,
-                messages=[],
-                tools=[],
-                peak_tokens=peaks.get(context),
-                context=context,
-                contexts=len(contexts),
+        return
+    order = pl.DataFrame(
+        {"trace_id": trace_ids, "position": range(len(trace_ids))},
+        schema={"trace_id": pl.Utf8, "position": pl.Int64},
+    )
+    cursors = [con.cursor() for _ in range(4)]
+    try:
+        for cursor in cursors:
+            cursor.register("_tf_export_order", order)
+        traces, sizes, messages, defs = (
+            _PositionGroups(cursor.execute(query, params))
+            for cursor, (query, params) in zip(cursors, _CONVERSATION_QUERIES, strict=True)
+        )
+        for position, rows in traces:
+            (trace_id, workload, outcome, model, compactions), *_ = rows
+            yield TraceRows(
+                trace_id,
+                workload,
+                outcome,
+                model,
+                compactions,
+                sizes.take(position),
+                messages.take(position),
+                defs.take(position),
             )
-            conversation.messages, conversation.removed_user_calls, conversation.problem = _messages(
-                rows_of_context.get(context, [])
-            )
-            conversation.tools, conversation.inferred_tools = _tools(
-                defs_of.get(trace_id, []), conversation.messages
-            )
-            conversations.append(conversation)
-        by_id[trace_id] = conversations
-    return [conversation for t in trace_ids for conversation in by_id.get(t, [])]
+    finally:
+        for cursor in cursors:
+            cursor.close()
+
+
+# Each ordered by the trace's position in the export (`_tf_export_order`), its first column.
+_CONVERSATION_QUERIES = (
+    (
+        f"""
+        SELECT o.position, t.trace_id, t.workload, t.outcome, c.model, {store.COMPACTION_STARTS_SQL}
+        FROM traces t
+        JOIN _tf_export_order o USING (trace_id)
+        LEFT JOIN (
+            SELECT trace_id, mode(model) AS model FROM llm_calls JOIN _tf_export_order USING (trace_id)
+            GROUP BY trace_id
+        ) c USING (trace_id)
+        ORDER BY o.position
+        """,
+        [],
+    ),
+    # Each call's input + output where usage was reported, with the seq of its first message
+    # (which context it ran in); a partial output count's stand-in: its message's text in rough
+    # tokens.
+    (
+        """
+        SELECT o.position, m.first_seq,
+               c.input_tokens + CASE WHEN c.output_tokens_partial
+                                     THEN greatest(coalesce(c.output_tokens, 0), m.text_tokens)
+                                     ELSE coalesce(c.output_tokens, 0) END
+        FROM llm_calls c JOIN _tf_export_order o USING (trace_id)
+        LEFT JOIN (
+            SELECT trace_id, call_id, min(seq) AS first_seq,
+                   sum(length(coalesce(content, '')) + length(coalesce(reasoning, ''))
+                       + length(coalesce(tool_calls::VARCHAR, ''))) // ? AS text_tokens
+            FROM messages JOIN _tf_export_order USING (trace_id)
+            WHERE role = 'assistant' AND call_id IS NOT NULL
+            GROUP BY trace_id, call_id
+        ) m USING (trace_id, call_id)
+        WHERE c.usage_reported
+        ORDER BY o.position
+        """,
+        [int(DEFAULT_CHARS_PER_TOKEN)],
+    ),
+    (
+        """
+        SELECT o.position, seq, role, content, tool_calls, tool_call_id, name, reasoning
+        FROM messages JOIN _tf_export_order o USING (trace_id)
+        ORDER BY o.position, seq
+        """,
+        [],
+    ),
+    (
+        """
+        SELECT o.position, name, description, parameters
+        FROM tool_defs JOIN _tf_export_order o USING (trace_id)
+        ORDER BY o.position, name
+        """,
+        [],
+    ),
+)
+
+
+class _PositionGroups:
+    """The rows of a query ordered by its first column (a trace's position), a trace at a time,
+    fetched in blocks: iterate for (position, rows), or `take` a position's rows (none if it has
+    none) while reading several such queries side by side."""
+
+    BLOCK_ROWS = 2048
+
+    def __init__(self, result: duckdb.DuckDBPyConnection) -> None:
+        self._groups = self._read(result)
+        self._head = next(self._groups, None)
+
+    def _read(self, result: duckdb.DuckDBPyConnection) -> Iterator[tuple[int, list[tuple]]]:
+        current, rows = None, []
+        while block := result.fetchmany(self.BLOCK_ROWS):
+            for position, *row in block:
+                if position != current:
+                    if rows:
+                        yield current, rows
+                    current, rows = position, []
+                rows.append(tuple(row))
+        if rows:
+            yield current, rows
+
+    def __iter__(self) -> Iterator[tuple[int, list[tuple]]]:
+        while self._head is not None:
+            head, self._head = self._head, next(self._groups, None)
+            yield head
+
+    def take(self, position: int) -> list[tuple]:
+        """The rows of `position`: positions must be asked in ascending order."""
+        while self._head is not None and self._head[0] < position:
+            self._head = next(self._groups, None)
+        if self._head is None or self._head[0] != position:
+            return []
+        rows, self._head = self._head[1], next(self._groups, None)
+        return rows
+
+
+def trace_conversations(rows: TraceRows, by_context: bool = False) -> list[Conversation]:
+    """A trace's conversation, checked and normalised, or with `by_context` one per context its
+    compactions began.
+
+    >>> rows = next(iter_trace_rows(con, ["c1"]))                      # doctest: +SKIP
+    >>> trace_conversations(rows)[0].messages[2]["tool_calls"][0]["function"]  # doctest: +SKIP
+    {'name': 'get_weather', 'arguments': {'city': 'Paris'}}
+    """
+    starts = store.context_starts(rows.compactions) if by_context else []
+    peaks: dict[int, int] = {}
+    for first_seq, tokens in rows.sizes:
+        if tokens is not None:
+            context = store.context_of(starts, first_seq) if first_seq is not None else 0
+            peaks[context] = max(peaks.get(context, 0), int(tokens))
+    rows_of_context: dict[int, list[tuple]] = {}
+    for seq, *message_row in rows.messages:
+        rows_of_context.setdefault(store.context_of(starts, seq), []).append(tuple(message_row))
+    conversations = []
+    contexts = sorted(rows_of_context) or [0]
+    for context in contexts:
+        conversation = Conversation(
+            trace_id=rows.trace_id,
+            workload=rows.workload,
+            outcome=rows.outcome or "unknown",
+            model=rows.model,
+            messages=[],
+            tools=[],
+            peak_tokens=peaks.get(context),
+            context=context,
+            contexts=len(contexts),
+        )
+        conversation.messages, conversation.removed_user_calls, conversation.problem = _messages(
+            rows_of_context.get(context, [])
+        )
+        conversation.tools, conversation.inferred_tools = _tools(rows.defs, conversation.messages)
+        conversations.append(conversation)
+    return conversations
 
 
 def _messages(rows: list[tuple]) -> tuple[list[dict[str, Any]], list[str], str | None]:

@@ -1,0 +1,195 @@
+"""Exports read the store a conversation at a time and write rows as they come: memory holds a
+batch, the rows are the same whatever the batch, shards fill in order, and an export that stops
+half-way leaves the folder as it was. On the analysed sample traces (21 traces)."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+from datasets import load_dataset
+
+from traceforge import store
+from traceforge.cli import cli
+from traceforge.export import folder, pipeline, selection, sft
+from traceforge.export.pipeline import ExportOptions, export
+from traceforge.export.selection import Criteria
+from traceforge.export.source import Conversation
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+
+
+@pytest.fixture(scope="module")
+def samples_db(tmp_path_factory) -> Path:
+    workdir = tmp_path_factory.mktemp("samples")
+    db = workdir / "samples.duckdb"
+    with contextlib.chdir(workdir):
+        result = CliRunner().invoke(cli, ["analyze", str(SAMPLES), "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    return db
+
+
+def rows_of(out: Path, config: str, cache: Path) -> dict[str, list[dict]]:
+    loaded = load_dataset(str(out), config, cache_dir=str(cache))
+    return {split: loaded[split].to_list() for split in loaded}
+
+
+def run_export(db: Path, out: Path, kind: str, **options) -> pipeline.ExportReport:
+    con = store.connect(db, read_only=True)
+    try:
+        return export(con, ExportOptions(kind=kind, out=out, **options))
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("kind", ["sft", "parallel", "preference", "rl"])
+def test_a_batch_of_conversations_is_held_and_the_rows_do_not_depend_on_it(
+    samples_db, tmp_path, monkeypatch, kind
+):
+    whole = run_export(samples_db, tmp_path / "whole", kind)
+    assert whole.total_rows > 4
+
+    monkeypatch.setattr(pipeline, "BATCH_CONVERSATIONS", 2)
+    monkeypatch.setattr(selection, "BATCH_TRACES", 2)
+    alive = []
+
+    def count_alive(done: int, total: int) -> None:
+        alive.append(sum(isinstance(o, Conversation) for o in gc.get_objects()))
+
+    con = store.connect(samples_db, read_only=True)
+    try:
+        batched = export(con, ExportOptions(kind=kind, out=tmp_path / "batched"), count_alive)
+    finally:
+        con.close()
+    # the batch of rows just written and the batch of traces read ahead of it; never the selection
+    assert max(alive) <= 2 * 2 + 1 < batched.selected
+    assert batched.rows == whole.rows and batched.dropped == whole.dropped
+    assert batched.left_out == whole.left_out and batched.turns == whole.turns
+    assert batched.redaction == whole.redaction
+    assert rows_of(tmp_path / "batched", kind, tmp_path / "c1") == rows_of(
+        tmp_path / "whole", kind, tmp_path / "c2"
+    )
+
+
+@pytest.mark.parametrize("kind", ["sft", "preference"])
+def test_worker_processes_give_the_export_one_process_gives(samples_db, tmp_path, monkeypatch, kind):
+    """Conversations prepared and keyed in two worker processes, a few traces per piece of work so
+    that pieces come back out of order: the same rows, drops, redactions and order."""
+    monkeypatch.setattr(selection, "BATCH_TRACES", 2)
+    alone = run_export(samples_db, tmp_path / "alone", kind, workers=1)
+    shared = run_export(samples_db, tmp_path / "shared", kind, workers=2)
+    assert alone.total_rows > 4
+    assert (shared.rows, shared.dropped, shared.left_out) == (alone.rows, alone.dropped, alone.left_out)
+    assert (shared.redaction, shared.turns) == (alone.redaction, alone.turns)
+    assert rows_of(tmp_path / "shared", kind, tmp_path / "c1") == rows_of(
+        tmp_path / "alone", kind, tmp_path / "c2"
+    )
+
+
+def test_progress_counts_traces_up_to_those_matched(samples_db, tmp_path, monkeypatch):
+    monkeypatch.setattr(pipeline, "BATCH_CONVERSATIONS", 3)
+    monkeypatch.setattr(selection, "BATCH_TRACES", 3)
+    seen = []
+    con = store.connect(samples_db, read_only=True)
+    try:
+        report = export(con, ExportOptions(kind="sft", out=tmp_path / "o"), lambda d, t: seen.append((d, t)))
+    finally:
+        con.close()
+    assert len(seen) > 3
+    assert all(total == report.matched for _, total in seen)
+    done = [d for d, _ in seen]
+    assert done == sorted(done) and done[0] < report.matched and done[-1] == report.matched
+
+
+def test_shards_fill_in_order_to_about_their_size(samples_db, tmp_path):
+    one = run_export(samples_db, tmp_path / "one", "sft", criteria=Criteria(splits=(("train", 1.0),)))
+    assert one.files == ["sft/train-00000-of-00001.parquet"]
+    limit = 20_000
+    many = run_export(
+        samples_db,
+        tmp_path / "many",
+        "sft",
+        criteria=Criteria(splits=(("train", 1.0),)),
+        max_shard_bytes=limit,
+    )
+    count = len(many.files)
+    assert count > 3
+    assert many.files == [f"sft/train-{i:05d}-of-{count:05d}.parquet" for i in range(count)]
+    for name in many.files[:-1]:  # a shard ends when the next batch (at most a quarter) would not fit
+        table = pq.read_table(tmp_path / "many" / name)
+        assert table.nbytes <= limit * 1.5
+    assert rows_of(tmp_path / "many", "sft", tmp_path / "c1") == rows_of(
+        tmp_path / "one", "sft", tmp_path / "c2"
+    )
+
+
+def folder_bytes(out: Path) -> dict[str, bytes]:
+    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def test_an_export_that_stops_half_way_leaves_the_folder_as_it_was(samples_db, tmp_path, monkeypatch):
+    out = tmp_path / "data"
+    first = run_export(samples_db, out, "sft", max_shard_bytes=20_000)
+    before = folder_bytes(out)
+    made = sft.row
+    calls = []
+
+    def fails_on_the_sixth(conversation):
+        calls.append(conversation.trace_id)
+        if len(calls) == 6:
+            raise KeyboardInterrupt
+        return made(conversation)
+
+    monkeypatch.setattr(sft, "row", fails_on_the_sixth)
+    with pytest.raises(KeyboardInterrupt):
+        run_export(samples_db, out, "sft")
+    assert folder_bytes(out) == before  # the shards written before the stop were removed
+    assert not (out / folder.PARTIAL).exists()
+
+    monkeypatch.setattr(sft, "row", made)
+    again = run_export(samples_db, out, "sft")
+    assert again.rows == first.rows and len(again.files) < len(first.files)
+    assert not (out / folder.PARTIAL).exists()
+
+
+def test_files_a_killed_export_left_do_not_stop_the_next(samples_db, tmp_path):
+    """A kill leaves `.traceforge-partial/` (nothing else) in a new folder: the next export of that
+    config clears it, and the folder counts as one traceforge writes."""
+    out = tmp_path / "data"
+    left = out / folder.PARTIAL / "sft"
+    left.mkdir(parents=True)
+    (left / "train-00000.parquet").write_bytes(b"half a shard")
+    report = run_export(samples_db, out, "sft")
+    assert report.total_rows > 0
+    assert not (out / folder.PARTIAL).exists()
+    assert sorted(p.name for p in (out / "sft").iterdir()) == [
+        "test-00000-of-00001.parquet",
+        "train-00000-of-00001.parquet",
+    ]
+
+
+def test_a_terminal_sees_the_traces_counted(samples_db, tmp_path):
+    """On a terminal (rich's FORCE_COLOR stands in for one) the export counts traces on stderr,
+    up to all of them; the report on stdout says the same (coloured, wrapped there)."""
+    command = [sys.executable, "-m", "traceforge", "export", "sft", "--db", str(samples_db)]
+    plain = subprocess.run([*command, "--out", str(tmp_path / "a")], capture_output=True, text=True)
+    shown = subprocess.run(
+        [*command, "--out", str(tmp_path / "b")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "FORCE_COLOR": "1"},
+    )
+    assert plain.returncode == shown.returncode == 0, shown.stderr
+    assert "exporting sft" not in plain.stderr
+    assert "exporting sft" in shown.stderr and "21/21" in shown.stderr and "traces" in shown.stderr
+    uncoloured = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", shown.stdout).split())
+    assert "sft: 21 traces matched, 20 usable; wrote train 18, test 2" in uncoloured
+    assert "sft: 21 traces matched, 20 usable; wrote train 18, test 2" in plain.stdout
