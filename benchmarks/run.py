@@ -2,7 +2,7 @@
 full analyses at scale, peak memory, and the growth curve, all measured in one run.
 
     python benchmarks/run.py --quick          # under a minute
-    python benchmarks/run.py                  # the full run (1M tool calls; about 18 minutes on 2 cores)
+    python benchmarks/run.py                  # the full run (1M tool calls; about 25 minutes on 2 cores)
     python benchmarks/run.py --json out.json  # also write every measurement as JSON
     python benchmarks/run.py --rounds 5       # each 1x loader measured 5 times (default 3)
 
@@ -24,6 +24,9 @@ loader once per round; the medians, their ranges and the median of the rounds' r
   (no normalising, no grouping, no tool calls): a conservative baseline.
 - `traceforge ingest`: `traceforge.ingest.ingest_paths` into a fresh store (parsing workers: one per
   CPU).
+
+The growth curve (1x, 2x, 4x) measures `analyze` and then `export sft` of the store it left: an
+export reads the store a conversation at a time, so its peak RSS should stay flat as the input grows.
 """
 
 from __future__ import annotations
@@ -150,6 +153,22 @@ def task_analyze(corpus: Path, db: str, workers: int | None) -> dict[str, Any]:
     }
 
 
+def task_export(db: str) -> dict[str, Any]:
+    """`traceforge export sft` of an analysed store (redaction and dedup on, as by default), into a
+    folder beside it that is removed after."""
+    from traceforge import store
+    from traceforge.export.pipeline import ExportOptions, export
+
+    out = Path(db).with_name("export-sft")
+    con = store.connect(db, read_only=True)
+    started = time.perf_counter()
+    report = export(con, ExportOptions(kind="sft", out=out))
+    con.close()
+    seconds = time.perf_counter() - started
+    shutil.rmtree(out)
+    return {"seconds": seconds, "rows": report.total_rows, "traces": report.matched}
+
+
 def run_task(args: argparse.Namespace) -> None:
     before = os.times()
     corpus, db = Path(args.corpus), args.db
@@ -159,6 +178,8 @@ def run_task(args: argparse.Namespace) -> None:
         result = task_plain(corpus, db)
     elif args.task == "ingest":
         result = task_ingest(corpus, db, args.workers)
+    elif args.task == "export":
+        result = task_export(db)
     else:
         result = task_analyze(corpus, db, args.workers)
     after = os.times()
@@ -173,10 +194,14 @@ def run_task(args: argparse.Namespace) -> None:
 # --- the runner ---------------------------------------------------------------------------------
 
 
-def measure(task: str, corpus: Path, db: Path | str, workers: int | None = None) -> dict[str, Any]:
+def measure(
+    task: str, corpus: Path, db: Path | str, workers: int | None = None, keep: bool = False
+) -> dict[str, Any]:
+    """Run `task` in a child process on a fresh database file (an existing one for `export`, which
+    reads the store `analyze` left), removed after unless `keep`."""
     on_disk = str(db) != ":memory:"
     stale_files = (Path(db), Path(f"{db}.wal")) if on_disk else ()
-    for stale in stale_files:
+    for stale in stale_files if task != "export" else ():
         stale.unlink(missing_ok=True)
     command = [sys.executable, __file__, "--task", task, "--corpus", str(corpus), "--db", str(db)]
     if workers is not None:
@@ -194,7 +219,7 @@ def measure(task: str, corpus: Path, db: Path | str, workers: int | None = None)
     result["rss_tree_mb"] = None if peak.peak_mb is None else max(peak.peak_mb, result["rss_self_mb"])
     result["task"] = task
     result["corpus"] = corpus.name
-    for stale in stale_files:
+    for stale in stale_files if not keep else ():
         stale.unlink(missing_ok=True)
     return result
 
@@ -401,7 +426,8 @@ def run(mode: str, json_path: str | None, workers: int | None, rounds: int = 3) 
             entry["ingest"] = loaders["ingest"]
         else:
             entry["ingest"] = note(measure("ingest", folder, scratch / INGEST_DB, workers))
-        entry["analyze"] = note(measure("analyze", folder, scratch / "analyze.duckdb", workers))
+        entry["analyze"] = note(measure("analyze", folder, scratch / "analyze.duckdb", workers, keep=True))
+        entry["export"] = note(measure("export", folder, scratch / "analyze.duckdb"))
         growth.append(entry)
     base = growth[0]
     loaders = base["loaders"]
@@ -446,6 +472,20 @@ def run(mode: str, json_path: str | None, workers: int | None, rounds: int = 3) 
             f"{entry['analyze']['seconds']:.1f}",
             f"{entry['analyze']['seconds'] / base['analyze']['seconds']:.2f}",
             _rss(entry["analyze"]),
+        )
+    console.print(table)
+
+    table = Table(title="Export sft of the analysed store at 1x, 2x, 4x")
+    for column in ("input", "traces", "rows", "export s", "ratio", "peak RSS MB"):
+        table.add_column(column, justify="right")
+    for entry in growth:
+        table.add_row(
+            f"{entry['factor']}x",
+            f"{entry['export']['traces']:,}",
+            f"{entry['export']['rows']:,}",
+            f"{entry['export']['seconds']:.1f}",
+            f"{entry['export']['seconds'] / base['export']['seconds']:.2f}",
+            _rss(entry["export"]),
         )
     console.print(table)
 
@@ -508,7 +548,9 @@ def main() -> None:
         default=3,
         help="times each loader is measured on the 1x corpus (medians and ranges are printed)",
     )
-    parser.add_argument("--task", choices=("read_json", "plain", "ingest", "analyze"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--task", choices=("read_json", "plain", "ingest", "analyze", "export"), help=argparse.SUPPRESS
+    )
     parser.add_argument("--corpus", help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
     args = parser.parse_args()
