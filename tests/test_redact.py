@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from unittest.mock import patch
 
 import pytest
 from datasets import load_dataset
@@ -16,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from traceforge.cli import cli
+from traceforge.export import redact as redact_module
 from traceforge.export.redact import RULES, Finding, _resolve, find, redact
 from traceforge.export.source import Conversation, message
 
@@ -160,6 +162,30 @@ def test_fast_patterns_match_what_their_plain_forms_match(text):
         ]
     )
     assert [(f.start, f.end) for f in found] == _spans(re.compile(PLAIN_PHONE), text)
+
+
+# Whole texts of each kind caught, look-alikes and plain words: a conversation's messages and
+# arguments are made of them.
+FRAGMENTS = [text for _, text, _ in CAUGHT] + LEFT_ALONE + ["the weather is fine", "ok", "", "Key", "TOKEN"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.lists(st.sampled_from(FRAGMENTS), max_size=4).map(" ".join), min_size=1, max_size=6),
+    st.lists(st.sampled_from(FRAGMENTS), max_size=3),
+)
+def test_rules_chosen_for_the_whole_trace_redact_as_every_rule_on_every_text(contents, argument_values):
+    """`redact` tries on each text only the rules whose hints occur somewhere in the trace
+    (`rules_for`): the redacted trace and the counts are what trying every rule gives."""
+    said = [message("user" if i % 2 else "assistant", text) for i, text in enumerate(contents)]
+    said[0]["tool_calls"] = [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"a": argument_values}}}
+    ]
+    conversation = Conversation("trace", "work", "unknown", None, said, [])
+    chosen, chosen_counts = redact(conversation)
+    with patch.object(redact_module, "rules_for", lambda texts: redact_module.PRIORITIZED_RULES):
+        every, every_counts = redact(conversation)
+    assert chosen.messages == every.messages and chosen_counts == every_counts
 
 
 def test_same_value_same_placeholder_within_a_trace_and_numbers_restart():

@@ -32,7 +32,7 @@ import binascii
 import ipaddress
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -230,15 +230,19 @@ class Finding:
     priority: int
 
 
-def find(text: str) -> list[Finding]:
-    """Non-overlapping findings in `text`, in order; where two overlap, the higher-priority rule wins.
+PRIORITIZED_RULES = list(enumerate(RULES))  # (priority, rule): lower numbers win overlaps
+
+
+def find(text: str, rules: list[tuple[int, Rule]] = PRIORITIZED_RULES) -> list[Finding]:
+    """Non-overlapping findings in `text`, in order; where two overlap, the higher-priority rule
+    wins. `rules`: those to try (`rules_for` a trace's texts), with their priorities.
 
     >>> [(f.kind, f.start) for f in find("mail bob@example.com from 10.1.2.3")]
     [('email', 5), ('ip_address', 26)]
     """
     candidates = []
     lowered = text.lower()
-    for priority, rule in enumerate(RULES):
+    for priority, rule in rules:
         if rule.hints and not any(hint in lowered for hint in rule.hints):
             continue
         for match in rule.pattern.finditer(text):
@@ -247,6 +251,24 @@ def find(text: str) -> list[Finding]:
                 continue
             candidates.append(Finding(match.start(rule.group), match.end(rule.group), rule.kind, priority))
     return _resolve(candidates)
+
+
+def rules_for(texts: Iterable[str]) -> list[tuple[int, Rule]]:
+    """The rules that can find something in one of `texts`: those without hints, and those with a
+    hint somewhere in them (a rule's hint is in every text it matches). One search of all of a
+    trace's texts for each hint, instead of one per text, where most traces hold few hints.
+
+    >>> [rule.kind for _, rule in rules_for(["call me at noon"]) if rule.hints]
+    []
+    >>> [rule.kind for _, rule in rules_for(["call me at noon", "mail bob@example.com"]) if rule.hints]
+    ['email', 'ip_address']
+    """
+    lowered = "\n".join(texts).lower()
+    return [
+        (priority, rule)
+        for priority, rule in PRIORITIZED_RULES
+        if not rule.hints or any(hint in lowered for hint in rule.hints)
+    ]
 
 
 def _resolve(candidates: list[Finding]) -> list[Finding]:
@@ -258,9 +280,11 @@ def _resolve(candidates: list[Finding]) -> list[Finding]:
 
 
 class TraceRedactor:
-    """Redacts one trace: findings map to placeholders numbered per kind, in order of appearance."""
+    """Redacts one trace: findings map to placeholders numbered per kind, in order of appearance.
+    `rules`: those worth trying on its texts (`rules_for`), all by default."""
 
-    def __init__(self) -> None:
+    def __init__(self, rules: list[tuple[int, Rule]] = PRIORITIZED_RULES) -> None:
+        self.rules = rules
         self.placeholders: dict[str, str] = {}  # value -> placeholder
         self.kind_of: dict[str, str] = {}
         self.numbers: Counter = Counter()
@@ -276,7 +300,7 @@ class TraceRedactor:
             if key is not None and SECRET_KEYS.match(key) and value:
                 self._register(value, SECRET_FIELD)
                 return
-            self.findings[value] = find(value)
+            self.findings[value] = find(value, self.rules)
             for finding in self.findings[value]:
                 self._register(value[finding.start : finding.end], finding.kind)
         elif isinstance(value, list):
@@ -333,6 +357,18 @@ class TraceRedactor:
 TEXT_FIELDS = ("content", "reasoning_content")
 
 
+def _strings(value: Any) -> Iterator[str]:
+    """The strings in a JSON value (not its objects' keys)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+
+
 def redact(conversation: Conversation) -> tuple[Conversation, Counter]:
     """The conversation with secrets and personal data replaced, and the occurrences per kind.
 
@@ -348,17 +384,16 @@ def redact(conversation: Conversation) -> tuple[Conversation, Counter]:
     >>> redacted.messages[1]["content"], dict(counts)
     ('Hi [REDACTED_EMAIL_1]', {'email': 2})
     """
-    redactor = TraceRedactor()
+    searched: list[Any] = []
     for m in conversation.messages:
-        for key in TEXT_FIELDS:
-            redactor.learn(m[key])
-        for call in m["tool_calls"] or []:
-            redactor.learn(call["function"]["arguments"])
+        searched.extend(m[key] for key in TEXT_FIELDS)
+        searched.extend(call["function"]["arguments"] for call in m["tool_calls"] or [])
     for tool in conversation.tools:
-        redactor.learn(tool["function"].get("description"))
-        redactor.learn(tool["function"].get("parameters"))
-    redactor.learn(conversation.trace_id)
-    redactor.learn(conversation.workload)
+        searched.extend((tool["function"].get("description"), tool["function"].get("parameters")))
+    searched.extend((conversation.trace_id, conversation.workload))
+    redactor = TraceRedactor(rules_for(text for value in searched for text in _strings(value)))
+    for value in searched:
+        redactor.learn(value)
     if not redactor.placeholders:
         return conversation, Counter()
     messages = []
