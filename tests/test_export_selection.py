@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import subprocess
@@ -11,6 +12,7 @@ from collections import Counter
 
 import pytest
 
+from traceforge.export import selection
 from traceforge.export.selection import (
     LSH_BANDS,
     MINHASH_PERMUTATIONS,
@@ -115,6 +117,25 @@ def test_shingles_of_short_and_long_texts():
     assert len(shingles("one two")) == 1
     assert len(shingles("a b c d e f g")) == 3  # 5-word windows
     assert shingles("") == set()
+
+
+def test_shingles_do_not_depend_on_the_words_hashed_before(monkeypatch):
+    """Word hashes are kept across texts (and dropped when too many): a text's shingles are the
+    same whether its words were hashed before, partly, or the store of them was emptied half-way."""
+    rng = random.Random(11)
+    vocabulary = [f"w{k}" for k in range(300)]
+    texts = [" ".join(rng.choices(vocabulary, k=rng.randrange(1, 60))) for _ in range(40)]
+    selection._WORD_HASHES.clear()
+    cold = [shingles(t) for t in texts]
+    warm = [shingles(t) for t in texts]
+    monkeypatch.setattr(selection, "WORD_CACHE_SIZE", 100)  # emptied again and again
+    selection._WORD_HASHES.clear()
+    crowded = [shingles(t) for t in texts]
+    assert cold == warm == crowded
+    assert len(selection._WORD_HASHES) <= 100
+    word = "a-word-never-seen"
+    expected = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "big")
+    assert shingles(word) == {hash((expected,)) & ((1 << 64) - 1)}
 
 
 def test_shingles_are_the_same_in_every_process():
