@@ -19,7 +19,7 @@ from datasets import load_dataset
 
 from traceforge import store
 from traceforge.cli import cli
-from traceforge.export import folder, pipeline, selection, sft
+from traceforge.export import folder, pipeline, selection, sft, source
 from traceforge.export.pipeline import ExportOptions, export
 from traceforge.export.selection import Criteria
 from traceforge.export.source import Conversation
@@ -193,3 +193,20 @@ def test_a_terminal_sees_the_traces_counted(samples_db, tmp_path):
     uncoloured = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", shown.stdout).split())
     assert "sft: 21 traces matched, 20 usable; wrote train 18, test 2" in uncoloured
     assert "sft: 21 traces matched, 20 usable; wrote train 18, test 2" in plain.stdout
+
+
+@pytest.mark.parametrize("stretches", [2, 64])
+def test_chunks_of_a_few_messages_read_from_few_stretches_give_the_same_export(
+    samples_db, tmp_path, monkeypatch, stretches
+):
+    """Messages and tool definitions are read a chunk of traces at a time, from the stretches of
+    row ids the chunk's traces lie in: chunks of a few traces, read from their own stretches or
+    from at most two (joined over rows of other traces), give the export one chunk gives."""
+    whole = run_export(samples_db, tmp_path / "whole", "sft")
+    monkeypatch.setattr(source, "CHUNK_MESSAGES", 60)
+    monkeypatch.setattr(source, "CHUNK_RANGES", stretches)
+    chunked = run_export(samples_db, tmp_path / "chunked", "sft")
+    assert (chunked.rows, chunked.dropped, chunked.redaction) == (whole.rows, whole.dropped, whole.redaction)
+    assert rows_of(tmp_path / "chunked", "sft", tmp_path / "c1") == rows_of(
+        tmp_path / "whole", "sft", tmp_path / "c2"
+    )

@@ -458,3 +458,29 @@ def test_a_store_is_exported_straight_to_object_storage(runner, analysed_store, 
     assert (
         result.exit_code == 1 and "writing the lake to s3://traceforge-no-such-bucket/lake" in result.output
     )
+
+
+def test_a_dataset_exported_from_an_attached_lake_is_the_store_s(
+    runner, analysed_store, tmp_path, monkeypatch
+):
+    """A lake's tables are views, without row ids: the export reads each chunk of traces by its
+    ids alone, and writes what the store gives (chunks of a few messages, to have many)."""
+    from datasets import load_dataset
+
+    from traceforge.export import source
+
+    monkeypatch.setattr(source, "CHUNK_MESSAGES", 40)
+    assert export(runner, analysed_store, tmp_path / "lake").exit_code == 0
+    attached = tmp_path / "attached.duckdb"
+    assert (
+        runner.invoke(cli, ["lake", "attach", str(tmp_path / "lake"), "--db", str(attached)]).exit_code == 0
+    )
+    loaded = {}
+    for name, db in (("store", analysed_store), ("lake", attached)):
+        out = tmp_path / f"from-{name}"
+        args = ["export", "sft", "--db", str(db), "--out", str(out), "--split", "train=1", "--json"]
+        result = runner.invoke(cli, args)
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.output)["rows"]["train"] > 5
+        loaded[name] = load_dataset(str(out), "sft", split="train", cache_dir=str(tmp_path / name)).to_list()
+    assert loaded["lake"] == loaded["store"]

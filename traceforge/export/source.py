@@ -126,14 +126,27 @@ class TraceRows:
     defs: list[tuple]  # tool definitions: (name, description, parameters)
 
 
+# Messages and tool definitions are read (and sorted) a chunk of traces at a time: traces consecutive
+# in the export's order, with at most this many messages (one trace may have more) and traces.
+CHUNK_MESSAGES = 20_000
+CHUNK_TRACES = 2_000
+# A chunk's rows are read from at most this many stretches of row ids per table.
+CHUNK_RANGES = 64
+# The tables read a chunk at a time: the big ones. The memory DuckDB needs to sort them whole grows
+# with the store (the benchmark's 4x store's messages needed over 384 MB; docs/performance.md).
+CHUNKED_TABLES = ("messages", "tool_defs")
+
+
 def iter_trace_rows(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> Iterator[TraceRows]:
     """The rows of `trace_ids`, a trace at a time, in that order (`trace_conversations` makes
     them conversations).
 
-    Read as they are used: each of the four queries (traces, call sizes, messages, tool
-    definitions) is sorted by the traces' position in `trace_ids` inside DuckDB (which spills to
-    disk past its memory limit) and fetched a block at a time, so a store of any size is read once,
-    holding one trace's rows at a time in Python.
+    Read as they are used, in time and memory that grow no faster than the store: the traces' own
+    rows and their calls' sizes (narrow) come from two queries sorted by the traces' positions in
+    `trace_ids` and fetched a block at a time; their messages and tool definitions a chunk of
+    traces at a time, each chunk's query kept to the stretches of row ids its traces' rows lie in
+    (the ingest writes a trace's rows together), so the store is read about once. Views (a store
+    attached to a Parquet lake) have no row ids: there each chunk's query reads the whole table.
     """
     if not trace_ids:
         return
@@ -141,33 +154,129 @@ def iter_trace_rows(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> Ite
         {"trace_id": trace_ids, "position": range(len(trace_ids))},
         schema={"trace_id": pl.Utf8, "position": pl.Int64},
     )
-    cursors = [con.cursor() for _ in range(4)]
+    cursors = [con.cursor() for _ in range(3)]
     try:
         for cursor in cursors:
             cursor.register("_tf_export_order", order)
-        traces, sizes, messages, defs = (
+        traces, sizes = (
             _PositionGroups(cursor.execute(query, params))
-            for cursor, (query, params) in zip(cursors, _CONVERSATION_QUERIES, strict=True)
+            for cursor, (query, params) in zip(cursors[:2], _STREAMED_QUERIES, strict=True)
         )
-        for position, rows in traces:
-            (trace_id, workload, outcome, model, compactions), *_ = rows
-            yield TraceRows(
-                trace_id,
-                workload,
-                outcome,
-                model,
-                compactions,
-                sizes.take(position),
-                messages.take(position),
-                defs.take(position),
-            )
+        chunked = cursors[2]
+        spans = {table: _row_spans(chunked, table) for table in CHUNKED_TABLES}
+        for first, last in _chunks(len(trace_ids), spans["messages"]):
+            messages = _chunk_rows(chunked, "messages", spans["messages"], first, last)
+            defs = _chunk_rows(chunked, "tool_defs", spans["tool_defs"], first, last)
+            for position in range(first, last + 1):
+                head = traces.take(position)
+                if not head:
+                    continue  # not in the store
+                (trace_id, workload, outcome, model, compactions), *_ = head
+                yield TraceRows(
+                    trace_id,
+                    workload,
+                    outcome,
+                    model,
+                    compactions,
+                    sizes.take(position),
+                    messages.get(position, []),
+                    defs.get(position, []),
+                )
     finally:
         for cursor in cursors:
             cursor.close()
 
 
-# Each ordered by the trace's position in the export (`_tf_export_order`), its first column.
-_CONVERSATION_QUERIES = (
+@dataclass
+class _RowSpans:
+    """Per position in the export, how many rows of a table its trace has, and their lowest and
+    highest row id (None for a view, which has no row ids)."""
+
+    rows: dict[int, int]
+    rowids: dict[int, tuple[int, int]] | None
+
+
+def _row_spans(con: duckdb.DuckDBPyConnection, table: str) -> _RowSpans:
+    base = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [table]).fetchone()[0]
+    bounds = ", min(t.rowid), max(t.rowid)" if base else ""
+    found = con.execute(
+        f"SELECT o.position, count(*){bounds} FROM {table} t JOIN _tf_export_order o USING (trace_id) "
+        "GROUP BY o.position"
+    ).fetchall()
+    return _RowSpans(
+        {row[0]: row[1] for row in found},
+        {row[0]: (row[2], row[3]) for row in found} if base else None,
+    )
+
+
+def _chunks(positions: int, messages: _RowSpans) -> Iterator[tuple[int, int]]:
+    """(first, last) position of each chunk of consecutive traces."""
+    first, held = 0, 0
+    for position in range(positions):
+        held += messages.rows.get(position, 0)
+        if held >= CHUNK_MESSAGES or position - first + 1 >= CHUNK_TRACES:
+            yield first, position
+            first, held = position + 1, 0
+    if first < positions:
+        yield first, positions - 1
+
+
+_CHUNK_QUERIES = {
+    "messages": "SELECT o.position, seq, role, content, tool_calls, tool_call_id, name, reasoning "
+    "FROM messages t JOIN _tf_export_order o USING (trace_id) WHERE {where} ORDER BY o.position, seq",
+    "tool_defs": "SELECT o.position, name, description, parameters "
+    "FROM tool_defs t JOIN _tf_export_order o USING (trace_id) WHERE {where} ORDER BY o.position, name",
+}
+
+
+def _chunk_rows(
+    con: duckdb.DuckDBPyConnection, table: str, spans: _RowSpans, first: int, last: int
+) -> dict[int, list[tuple]]:
+    """A chunk's rows of `table` per position, each trace's in order."""
+    where, params = "o.position BETWEEN ? AND ?", [first, last]
+    if spans.rowids is not None:
+        held = [spans.rowids[p] for p in range(first, last + 1) if p in spans.rowids]
+        if not held:
+            return {}
+        stretches = covering_ranges(held, CHUNK_RANGES)
+        where += " AND (" + " OR ".join("t.rowid BETWEEN ? AND ?" for _ in stretches) + ")"
+        params += [bound for stretch in stretches for bound in stretch]
+    rows: dict[int, list[tuple]] = {}
+    for position, *row in con.execute(_CHUNK_QUERIES[table].format(where=where), params).fetchall():
+        rows.setdefault(position, []).append(tuple(row))
+    return rows
+
+
+def covering_ranges(ranges: list[tuple[int, int]], limit: int) -> list[tuple[int, int]]:
+    """At most `limit` ranges covering `ranges` (inclusive bounds): overlapping and adjacent ones
+    joined, then those with the smallest gaps between them, so that as little as can be is added.
+
+    >>> covering_ranges([(10, 20), (0, 5), (21, 30), (100, 110)], 2)
+    [(0, 30), (100, 110)]
+    >>> covering_ranges([(10, 20), (0, 5), (21, 30), (100, 110)], 1)
+    [(0, 110)]
+    """
+    merged: list[list[int]] = []
+    for low, high in sorted(ranges):
+        if merged and low <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], high)
+        else:
+            merged.append([low, high])
+    if len(merged) <= limit:
+        return [(low, high) for low, high in merged]
+    # gap k lies between merged[k] and merged[k + 1]: the widest `limit - 1` stay open
+    widest = sorted(range(len(merged) - 1), key=lambda k: merged[k + 1][0] - merged[k][1], reverse=True)
+    out, start = [], 0
+    for k in sorted(widest[: limit - 1]):
+        out.append((merged[start][0], merged[k][1]))
+        start = k + 1
+    out.append((merged[start][0], merged[-1][1]))
+    return out
+
+
+# The traces' own rows and their LLM calls' sizes, each ordered by the trace's position in the
+# export (`_tf_export_order`), its first column.
+_STREAMED_QUERIES = (
     (
         f"""
         SELECT o.position, t.trace_id, t.workload, t.outcome, c.model, {store.COMPACTION_STARTS_SQL}
@@ -204,29 +313,13 @@ _CONVERSATION_QUERIES = (
         """,
         [int(DEFAULT_CHARS_PER_TOKEN)],
     ),
-    (
-        """
-        SELECT o.position, seq, role, content, tool_calls, tool_call_id, name, reasoning
-        FROM messages JOIN _tf_export_order o USING (trace_id)
-        ORDER BY o.position, seq
-        """,
-        [],
-    ),
-    (
-        """
-        SELECT o.position, name, description, parameters
-        FROM tool_defs JOIN _tf_export_order o USING (trace_id)
-        ORDER BY o.position, name
-        """,
-        [],
-    ),
 )
 
 
 class _PositionGroups:
-    """The rows of a query ordered by its first column (a trace's position), a trace at a time,
-    fetched in blocks: iterate for (position, rows), or `take` a position's rows (none if it has
-    none) while reading several such queries side by side."""
+    """The rows of a query ordered by its first column (a trace's position), fetched in blocks:
+    `take` a position's rows (none if it has none), positions in ascending order, while reading
+    several such queries side by side."""
 
     BLOCK_ROWS = 2048
 
@@ -245,11 +338,6 @@ class _PositionGroups:
                 rows.append(tuple(row))
         if rows:
             yield current, rows
-
-    def __iter__(self) -> Iterator[tuple[int, list[tuple]]]:
-        while self._head is not None:
-            head, self._head = self._head, next(self._groups, None)
-            yield head
 
     def take(self, position: int) -> list[tuple]:
         """The rows of `position`: positions must be asked in ascending order."""
