@@ -72,6 +72,17 @@ def test_push_round_trip_private_by_default(runner, hub, folder, tmp_path):
     assert ("POST", "/api/repos/create") in hub.requests
 
 
+def test_what_a_killed_export_left_is_not_pushed(runner, hub, folder, tmp_path):
+    left = folder / ".traceforge-partial" / "sft"
+    left.mkdir(parents=True)
+    (left / "train-00000.parquet").write_bytes(b"half a shard")
+    result = runner.invoke(cli, ["push", str(folder), "org/partial", "--token", TOKEN])
+    assert result.exit_code == 0, result.output
+    received = local_files(hub.files_of("org/partial"))
+    assert received == local_files(folder) - {".traceforge-partial/sft/train-00000.parquet"}
+    assert not any("partial" in name for name in received)
+
+
 def test_export_push_to_hub_with_the_token_from_the_environment(runner, hub, db, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     out = tmp_path / "rl"
