@@ -39,8 +39,6 @@ PASTED_INTO_SQL = {
     ("analysis/workloads.py", "HEAD_SHARE"): "a constant",
     ("analysis/workloads.py", "key"): "checked to be 'agent' or 'source_format' just before",
     ("export/pipeline.py", "selected"): "a SQL fragment written in the code (its ids are bound)",
-    ("export/source.py", "table"): "a table of source.CHUNKED_TABLES, written in the code",
-    ("export/source.py", "bounds"): "row-id bounds written in the code, or nothing (a view)",
     ("export/selection.py", "patterns"): "'c.model GLOB ?' once per model: placeholders",
     ("export/selection.py", "', '.join('?' * len(criteria.outcomes))"): "placeholders",
     ("analysis/dag.py", "pending"): "a condition written in the code (its values are bound)",

@@ -33,6 +33,7 @@ import duckdb
 import polars as pl
 
 from traceforge import store
+from traceforge.analysis.batches import trace_spans
 from traceforge.analysis.prefix_cache import DEFAULT_CHARS_PER_TOKEN
 
 MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content")
@@ -163,10 +164,10 @@ def iter_trace_rows(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> Ite
             for cursor, (query, params) in zip(cursors[:2], _STREAMED_QUERIES, strict=True)
         )
         chunked = cursors[2]
-        spans = {table: _row_spans(chunked, table) for table in CHUNKED_TABLES}
-        for first, last in _chunks(len(trace_ids), spans["messages"]):
-            messages = _chunk_rows(chunked, "messages", spans["messages"], first, last)
-            defs = _chunk_rows(chunked, "tool_defs", spans["tool_defs"], first, last)
+        spans = _Spans(chunked, trace_ids)
+        for first, last in spans.chunks():
+            messages = _chunk_rows(chunked, "messages", spans, first, last)
+            defs = _chunk_rows(chunked, "tool_defs", spans, first, last)
             for position in range(first, last + 1):
                 head = traces.take(position)
                 if not head:
@@ -187,38 +188,36 @@ def iter_trace_rows(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> Ite
             cursor.close()
 
 
-@dataclass
-class _RowSpans:
-    """Per position in the export, how many rows of a table its trace has, and their lowest and
-    highest row id (None for a view, which has no row ids)."""
+class _Spans:
+    """Per position in the export, its trace's messages, and the lowest and highest row id of its
+    rows in each of `CHUNKED_TABLES` (`batches.trace_spans`; none for views, which have none)."""
 
-    rows: dict[int, int]
-    rowids: dict[int, tuple[int, int]] | None
+    def __init__(self, con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> None:
+        found = trace_spans(con, CHUNKED_TABLES, "trace_id IN (SELECT trace_id FROM _tf_export_order)")
+        position_of = {trace_id: position for position, trace_id in enumerate(trace_ids)}
+        self.positions = len(trace_ids)
+        self.messages = {position_of[row[0]]: row[1] for row in found.rows}
+        self.rowids: dict[str, dict[int, tuple[int, int]]] | None = None
+        if found.tables is not None:
+            self.rowids = {
+                table: {
+                    position_of[row[0]]: (row[2 + 2 * k], row[3 + 2 * k])
+                    for row in found.rows
+                    if row[2 + 2 * k] is not None
+                }
+                for k, table in enumerate(found.tables)
+            }
 
-
-def _row_spans(con: duckdb.DuckDBPyConnection, table: str) -> _RowSpans:
-    base = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [table]).fetchone()[0]
-    bounds = ", min(t.rowid), max(t.rowid)" if base else ""
-    found = con.execute(
-        f"SELECT o.position, count(*){bounds} FROM {table} t JOIN _tf_export_order o USING (trace_id) "
-        "GROUP BY o.position"
-    ).fetchall()
-    return _RowSpans(
-        {row[0]: row[1] for row in found},
-        {row[0]: (row[2], row[3]) for row in found} if base else None,
-    )
-
-
-def _chunks(positions: int, messages: _RowSpans) -> Iterator[tuple[int, int]]:
-    """(first, last) position of each chunk of consecutive traces."""
-    first, held = 0, 0
-    for position in range(positions):
-        held += messages.rows.get(position, 0)
-        if held >= CHUNK_MESSAGES or position - first + 1 >= CHUNK_TRACES:
-            yield first, position
-            first, held = position + 1, 0
-    if first < positions:
-        yield first, positions - 1
+    def chunks(self) -> Iterator[tuple[int, int]]:
+        """(first, last) position of each chunk of consecutive traces."""
+        first, held = 0, 0
+        for position in range(self.positions):
+            held += self.messages.get(position, 0)
+            if held >= CHUNK_MESSAGES or position - first + 1 >= CHUNK_TRACES:
+                yield first, position
+                first, held = position + 1, 0
+        if first < self.positions:
+            yield first, self.positions - 1
 
 
 _CHUNK_QUERIES = {
@@ -230,12 +229,13 @@ _CHUNK_QUERIES = {
 
 
 def _chunk_rows(
-    con: duckdb.DuckDBPyConnection, table: str, spans: _RowSpans, first: int, last: int
+    con: duckdb.DuckDBPyConnection, table: str, spans: _Spans, first: int, last: int
 ) -> dict[int, list[tuple]]:
     """A chunk's rows of `table` per position, each trace's in order."""
     where, params = "o.position BETWEEN ? AND ?", [first, last]
     if spans.rowids is not None:
-        held = [spans.rowids[p] for p in range(first, last + 1) if p in spans.rowids]
+        bounds = spans.rowids[table]
+        held = [bounds[p] for p in range(first, last + 1) if p in bounds]
         if not held:
             return {}
         stretches = covering_ranges(held, CHUNK_RANGES)
