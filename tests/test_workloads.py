@@ -13,7 +13,7 @@ from conftest import REPO
 from traceforge.analysis import workloads
 from traceforge.analysis.prefill_decode import combine, prefill_decode
 from traceforge.analysis.prefix_cache import estimate_tokens
-from traceforge.analysis.summary import summarize
+from traceforge.analysis.summary import cached_text, summarize
 from traceforge.analysis.workloads import (
     WorkloadKeyError,
     assign_workloads,
@@ -274,8 +274,14 @@ def test_prefill_decode_per_workload_and_model(tmp_path, con):
     # over the input whose cache count is known: gpt-4.1's 5,000 tokens are not misses
     assert agent["cache_reported_input_tokens"] == 50_000 and other["cache_reported_input_tokens"] == 0
     assert combine([agent, other])["cached_share"] == pytest.approx(40_000 / 50_000)
-    usage = {(r["workload"], r["model"]): r for r in summarize(con)["by_workload_model"]}
+    summary = summarize(con)
+    usage = {(r["workload"], r["model"]): r for r in summary["by_workload_model"]}
     assert usage[("agent", "gpt-4.1")]["cache_read_tokens"] is None
+    # summary.json's totals: the cache share's base is the input of the calls with a cache count
+    assert summary["totals"]["cache_read_tokens"] == 40_000
+    assert summary["totals"]["cache_reported_input_tokens"] == 50_000
+    assert summary["totals"]["input_tokens"] == 55_000  # gpt-4.1's 5,000 too; the chat call reported none
+    assert cached_text(summary["totals"]) == "80% cached"
     assert usage[("agent", "gpt-4o-2024-08-06")]["cache_read_tokens"] == 40_000
     chat = rows[("chat", "gpt-4o-2024-08-06")]
     assert chat["calls_estimated"] == 1 and "characters per token" in chat["estimate_method"]
