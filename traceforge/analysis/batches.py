@@ -15,10 +15,15 @@ batches carry no ranges and are read with the join alone.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import duckdb
+
+Item = TypeVar("Item")
+# Progress of work over traces: (traces done, traces in all).
+TraceProgressCallback = Callable[[int, int], None]
 
 NO_ROWS = (1, 0)  # BETWEEN 1 AND 0 holds no row: the range of a table the batch has no rows in
 
@@ -133,3 +138,24 @@ def rows_by_trace(rows: Iterable[tuple]) -> dict[str, list[tuple]]:
     for row in rows:
         grouped.setdefault(row[0], []).append(row[1:])
     return grouped
+
+
+def cut(
+    items: Iterable[Item], weight: Callable[[Item], int], max_items: int, max_weight: int
+) -> Iterator[list[Item]]:
+    """`items` in consecutive lists of at most `max_items`, a list ending as soon as its weight
+    reaches `max_weight` (so an item heavier than that is a list of its own).
+
+    >>> list(cut([1, 5, 1, 1, 1, 1], weight=lambda n: n, max_items=3, max_weight=5))
+    [[1, 5], [1, 1, 1], [1]]
+    """
+    batch: list[Item] = []
+    held = 0
+    for item in items:
+        batch.append(item)
+        held += weight(item)
+        if len(batch) >= max_items or held >= max_weight:
+            yield batch
+            batch, held = [], 0
+    if batch:
+        yield batch

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +36,7 @@ import networkx as nx
 import polars as pl
 
 from traceforge import store
-from traceforge.analysis.batches import trace_spans
+from traceforge.analysis.batches import TraceProgressCallback, trace_spans
 from traceforge.analysis.deps import (
     ROW_TABLES,
     Edge,
@@ -268,7 +267,6 @@ def settings_key(mode: str, config: DepsConfig) -> str:
     return f"v{ANALYSIS_VERSION}:{mode}:{config.fingerprint()}"
 
 
-ProgressCallback = Callable[[int, int], None]
 # Below this many tool calls to analyse, starting worker processes costs more than it saves.
 PARALLEL_MIN_CALLS = 20_000
 
@@ -279,7 +277,7 @@ def analyze_dependencies(
     config: DepsConfig | None = None,
     *,
     recompute: bool = False,
-    on_progress: ProgressCallback | None = None,
+    on_progress: TraceProgressCallback | None = None,
     batch_calls: int = BATCH_CALLS,
     workers: int | None = None,
 ) -> dict[str, Any]:

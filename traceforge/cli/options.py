@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from traceforge.analysis.batches import TraceProgressCallback
 from traceforge.analysis.effects import MODES, ConfigError, DepsConfig, load_config
 from traceforge.ingest import ProgressCallback, detect
 from traceforge.pricing import PriceFileError, PriceTable, load_prices
@@ -113,7 +112,7 @@ class TraceProgress:
             disable=not console.is_terminal,
         )
 
-    def __enter__(self) -> Callable[[int, int], None]:
+    def __enter__(self) -> TraceProgressCallback:
         self.progress.__enter__()
         task = self.progress.add_task("traces", total=None)
 

@@ -20,10 +20,15 @@ from pathlib import Path
 
 from huggingface_hub import HfApi, constants, get_token
 from huggingface_hub.errors import HfHubHTTPError
+from huggingface_hub.utils import filter_repo_objects
 
 from traceforge import __version__
 from traceforge.export.card import MANIFEST
-from traceforge.export.folder import PARTIAL, read_manifest
+from traceforge.export.folder import read_manifest
+
+# What is not published: paths with a part that starts with a dot (`.traceforge-partial/`, an
+# interrupted export's files; editor and system files), as fnmatch patterns over the whole path.
+HIDDEN = [".*", "*/.*"]
 
 
 class HubError(Exception):
@@ -81,10 +86,11 @@ def push_folder(
             "(the token needs write access)"
         )
     api = HfApi(endpoint=endpoint(), token=token, library_name="traceforge", library_version=__version__)
-    files = sorted(
-        path.relative_to(folder).as_posix()
-        for path in folder.rglob("*")
-        if path.is_file() and not any(part.startswith(".") for part in path.relative_to(folder).parts)
+    files = sorted(  # what upload_folder sends, filtered as it filters
+        filter_repo_objects(
+            (path.relative_to(folder).as_posix() for path in folder.rglob("*") if path.is_file()),
+            ignore_patterns=HIDDEN,
+        )
     )
     try:
         created = _create(api, repo_id, private)
@@ -100,7 +106,7 @@ def push_folder(
             folder_path=folder,
             commit_message=commit_message or f"traceforge {__version__}: {', '.join(configs)}",
             delete_patterns=[f"{config}/*" for config in manifest["configs"]],
-            ignore_patterns=[f"{PARTIAL}/**"],  # an interrupted export's files
+            ignore_patterns=HIDDEN,
         )
     except HfHubHTTPError as exc:
         raise HubError(_http_message(exc, repo_id)) from exc

@@ -13,7 +13,7 @@ from __future__ import annotations
 import shlex
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,6 +23,7 @@ import datasets
 import duckdb
 
 from traceforge import __version__
+from traceforge.analysis.batches import TraceProgressCallback, cut
 from traceforge.export import folder, parallel, preference, sft
 from traceforge.export.selection import Criteria, Preparation, Selection
 from traceforge.export.source import Conversation
@@ -94,7 +95,6 @@ class ExportReport:
         }
 
 
-ProgressCallback = Callable[[int, int], None]  # (traces read, traces matched)
 # Conversations whose rows are built together (their dependency edges read in one query): at most
 # this many, or as many as hold this many messages, so one long session or many short ones.
 BATCH_CONVERSATIONS = 512
@@ -102,7 +102,7 @@ BATCH_MESSAGES = 20_000
 
 
 def export(
-    con: duckdb.DuckDBPyConnection, options: ExportOptions, on_progress: ProgressCallback | None = None
+    con: duckdb.DuckDBPyConnection, options: ExportOptions, on_progress: TraceProgressCallback | None = None
 ) -> ExportReport:
     """Write one export (a config of the folder `options.out`) and return what it did.
 
@@ -208,21 +208,13 @@ class _Used:
 
 
 def _batches(
-    selection: Selection, on_progress: ProgressCallback | None
+    selection: Selection, on_progress: TraceProgressCallback | None
 ) -> Iterator[list[tuple[Conversation, str]]]:
     """The selection's conversations and splits, a batch at a time, reporting progress."""
-    batch: list[tuple[Conversation, str]] = []
-    messages = 0
-    for item in selection:
-        batch.append(item)
-        messages += len(item[0].messages)
-        if len(batch) >= BATCH_CONVERSATIONS or messages >= BATCH_MESSAGES:
-            yield batch
-            batch, messages = [], 0
-            if on_progress is not None:
-                on_progress(selection.traces_read, selection.matched)
-    if batch:
+    for batch in cut(selection, lambda item: len(item[0].messages), BATCH_CONVERSATIONS, BATCH_MESSAGES):
         yield batch
+        if on_progress is not None:
+            on_progress(selection.traces_read, selection.matched)
     if on_progress is not None:
         on_progress(selection.matched, selection.matched)
 

@@ -36,6 +36,7 @@ from datetime import datetime
 import duckdb
 
 from traceforge import store
+from traceforge.analysis.batches import cut
 from traceforge.analysis.prefix_cache import DEFAULT_CHARS_PER_TOKEN
 from traceforge.export.redact import redact
 from traceforge.export.source import (
@@ -236,7 +237,9 @@ class Selection:
         wanted = [t for t in self.trace_ids if t not in copied]
         duplicates = Deduplicator(criteria.near_dup_threshold)
         shared = (criteria, self.preparation, self.by_context)
-        batches = _trace_batches(iter_trace_rows(self.con, wanted))
+        batches = cut(  # a worker's piece of work each
+            iter_trace_rows(self.con, wanted), lambda rows: len(rows.messages), BATCH_TRACES, BATCH_MESSAGES
+        )
         count = worker_count(self.workers, len(wanted), PARALLEL_MIN_TRACES)
         if count > 1:
             results = ordered_map("traceforge.export.selection:candidates", batches, count, shared)
@@ -255,21 +258,6 @@ class Selection:
                 self.selected += 1
                 self.later_contexts += bool(conversation.context)
                 yield conversation, split_of(conversation.trace_id, criteria.splits, criteria.seed)
-
-
-def _trace_batches(traces: Iterator[TraceRows]) -> Iterator[list[TraceRows]]:
-    """Traces in batches of `BATCH_TRACES`, or fewer holding `BATCH_MESSAGES` messages: a worker's
-    piece of work."""
-    batch: list[TraceRows] = []
-    messages = 0
-    for rows in traces:
-        batch.append(rows)
-        messages += len(rows.messages)
-        if len(batch) >= BATCH_TRACES or messages >= BATCH_MESSAGES:
-            yield batch
-            batch, messages = [], 0
-    if batch:
-        yield batch
 
 
 def matching_trace_ids(con: duckdb.DuckDBPyConnection, criteria: Criteria) -> list[str]:

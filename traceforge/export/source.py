@@ -33,7 +33,7 @@ import duckdb
 import polars as pl
 
 from traceforge import store
-from traceforge.analysis.batches import trace_spans
+from traceforge.analysis.batches import cut, trace_spans
 from traceforge.analysis.prefix_cache import DEFAULT_CHARS_PER_TOKEN
 
 MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content")
@@ -210,14 +210,10 @@ class _Spans:
 
     def chunks(self) -> Iterator[tuple[int, int]]:
         """(first, last) position of each chunk of consecutive traces."""
-        first, held = 0, 0
-        for position in range(self.positions):
-            held += self.messages.get(position, 0)
-            if held >= CHUNK_MESSAGES or position - first + 1 >= CHUNK_TRACES:
-                yield first, position
-                first, held = position + 1, 0
-        if first < self.positions:
-            yield first, self.positions - 1
+        for chunk in cut(
+            range(self.positions), lambda p: self.messages.get(p, 0), CHUNK_TRACES, CHUNK_MESSAGES
+        ):
+            yield chunk[0], chunk[-1]
 
 
 _CHUNK_QUERIES = {
