@@ -3,6 +3,8 @@ the folder is absent (it is beside the repository in development and CI, never c
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -73,3 +75,29 @@ def artifacts() -> Path:
     folder = REPO / "test-artifacts"
     folder.mkdir(exist_ok=True)
     return folder
+
+
+class Killed(BaseException):
+    """A process killed at that point: nothing after it runs (`except Exception` does not catch it)."""
+
+
+@contextlib.contextmanager
+def killed_at_file_step(folder: Path, k: int) -> Iterator[list[Path]]:
+    """Within the block, the k-th (0-based) file removed or renamed in `folder` raises Killed
+    instead, the file left as it was; yields the list of the steps taken (each one's path)."""
+    taken: list[Path] = []
+
+    def step(original):
+        def guarded(self, *args, **kwargs):
+            if Path(self).is_relative_to(folder):
+                if len(taken) == k:
+                    raise Killed(f"killed before {self}")
+                taken.append(Path(self))
+            return original(self, *args, **kwargs)
+
+        return guarded
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Path, "replace", step(Path.replace))
+        patch.setattr(Path, "unlink", step(Path.unlink))
+        yield taken

@@ -15,11 +15,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from conftest import Killed, killed_at_file_step
 from datasets import load_dataset
 
 from traceforge import store
 from traceforge.cli import cli
-from traceforge.export import folder, pipeline, selection, sft, source
+from traceforge.export import card, folder, pipeline, selection, sft, source
 from traceforge.export.pipeline import ExportOptions, export
 from traceforge.export.selection import Criteria
 from traceforge.export.source import Conversation
@@ -210,3 +211,51 @@ def test_chunks_of_a_few_messages_read_from_few_stretches_give_the_same_export(
     assert rows_of(tmp_path / "chunked", "sft", tmp_path / "c1") == rows_of(
         tmp_path / "whole", "sft", tmp_path / "c2"
     )
+
+
+@pytest.mark.parametrize("old_shard_bytes", [20_000, folder.DEFAULT_MAX_SHARD_BYTES])
+def test_an_export_killed_while_putting_its_files_in_place_is_finished_by_the_next(
+    samples_db, tmp_path, old_shard_bytes
+):
+    """Killed at every step of its commit, an export replacing a config's files (9 shards by 2, or
+    2 by 2 of the same names) leaves the old files whole (killed before its journal) or a journal
+    the next export into the folder carries out: then the folder is what one never killed leaves."""
+    reference = tmp_path / "reference"
+    run_export(samples_db, reference, "sft", max_shard_bytes=old_shard_bytes)
+    run_export(samples_db, reference, "sft")
+    run_export(samples_db, reference, "parallel")
+    expected = {n: b for n, b in folder_bytes(reference).items() if n.startswith(("sft/", "parallel/"))}
+    manifest = folder.read_manifest(reference)["configs"]
+
+    steps = None
+    k = 0
+    while steps is None or k <= steps:
+        out = tmp_path / f"killed-{k}"
+        run_export(samples_db, out, "sft", max_shard_bytes=old_shard_bytes)
+        before = folder_bytes(out)
+        with contextlib.suppress(Killed), killed_at_file_step(out, k) as taken:
+            run_export(samples_db, out, "sft")
+            steps = len(taken)  # not killed: k is past the commit's last step
+        if steps is not None and k == steps:
+            break
+        if k == 0:  # the journal's own rename: the commit was not decided, the export is rerun
+            assert folder_bytes(out) == before
+            run_export(samples_db, out, "sft")
+        else:
+            assert (out / folder.PARTIAL / "sft" / folder.JOURNAL).exists()
+        run_export(samples_db, out, "parallel")  # the next export finishes it first
+
+        got = folder_bytes(out)
+        assert {n: b for n, b in got.items() if n.startswith(("sft/", "parallel/"))} == expected, k
+        assert not (out / folder.PARTIAL).exists()
+        written = folder.read_manifest(out)
+        assert written["configs"].keys() == manifest.keys()
+        for config, entry in written["configs"].items():
+            assert entry["files"] == manifest[config]["files"] and entry["rows"] == manifest[config]["rows"]
+        assert got["README.md"].decode() == card.render_card(out, written)
+        k += 1
+    old = {n for n in before if n.startswith("sft/")}
+    removed = old - set(manifest["sft"]["files"])  # the others are replaced by the moves
+    # the test split is one shard whatever the size: test-00000-of-00001 is always replaced
+    assert len(removed) == (len(old) - 1 if old_shard_bytes == 20_000 else 0) and len(old) >= 2
+    assert steps == 1 + len(removed) + 2 + 2  # the journal, removals, 2 moves, manifest and card

@@ -4,11 +4,13 @@ the same dataset."""
 
 from __future__ import annotations
 
+import json
 import socket
 from pathlib import Path
 
 import huggingface_hub.constants
 import pytest
+from conftest import Killed, killed_at_file_step
 from datasets import load_dataset
 from hub_standin import HubStandIn
 
@@ -81,6 +83,31 @@ def test_what_a_killed_export_left_is_not_pushed(runner, hub, folder, tmp_path):
     received = local_files(hub.files_of("org/partial"))
     assert received == local_files(folder) - {".traceforge-partial/sft/train-00000.parquet"}
     assert not any("partial" in name for name in received)
+
+
+def test_push_first_finishes_an_export_killed_while_putting_its_files_in_place(
+    runner, hub, folder, db, tmp_path
+):
+    """Killed after its journal, the first old shard removed and the first new file moved: push
+    completes that commit and sends the folder as the export meant it (no old shard, nothing
+    left under .traceforge-partial/)."""
+    con = store.connect(db, read_only=True)
+    try:
+        options = ExportOptions(kind="sft", out=folder, max_shard_bytes=1_000)
+        with pytest.raises(Killed), killed_at_file_step(folder, 3) as taken:
+            export(con, options)
+        assert taken[0].name == "COMMIT.new" and len(taken) == 3
+    finally:
+        con.close()
+    result = runner.invoke(cli, ["push", str(folder), "org/finished", "--token", TOKEN])
+    assert result.exit_code == 0, result.output
+    assert not (folder / ".traceforge-partial").exists()
+    manifest = json.loads((folder / "traceforge-export.json").read_text())
+    sft = {f"sft/{p.name}" for p in (folder / "sft").iterdir()}
+    assert sft == set(manifest["configs"]["sft"]["files"]) and len(sft) > 2
+    received = hub.files_of("org/finished")
+    assert local_files(received) == local_files(folder)
+    same_dataset(folder, received, "sft", tmp_path)
 
 
 def test_export_push_to_hub_with_the_token_from_the_environment(runner, hub, db, tmp_path, monkeypatch):

@@ -113,6 +113,11 @@ def _counts(counts: dict[str, int], names: dict[str, str]) -> list[str]:
     ]
 
 
+def _largest_first(splits: dict[str, float]) -> list[tuple[str, float]]:
+    """The manifest keeps its keys sorted: train after test unless put first by size."""
+    return sorted(splits.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
 def _purpose(entry: dict[str, Any]) -> str:
     if entry["format"] == "openai":
         return "OpenAI fine-tuning (" + ("DPO" if entry["kind"] == "preference" else "supervised") + ")"
@@ -142,7 +147,7 @@ def _config_section(config: str, entry: dict[str, Any]) -> list[str]:
         f"- From the traceforge store `{source['store']}`: the {source['traces']} traces the rows were made "
         f"from came from {source['files']} source files (by source format: {formats}).",
         f"- Selection: {_selection(entry['criteria'])}. Splits (seed {entry['criteria']['seed']}): "
-        + ", ".join(f"{name} {fraction:g}" for name, fraction in entry["criteria"]["splits"].items())
+        + ", ".join(f"{name} {fraction:g}" for name, fraction in _largest_first(entry["criteria"]["splits"]))
         + ".",
         f"- Traces matching the selection: {selection['matched']}; "
         f"usable after the checks below: {selection['selected']}"

@@ -10,7 +10,8 @@
 
 Several exports can share a folder (each is a config, as on the Hub), so `traceforge push` can
 publish them as one dataset. Writing a config replaces that config's files and nothing else, once
-its new files are all written (`ConfigWriter`, which writes rows as they come, a batch at a time);
+its new files are all written (`ConfigWriter`, which writes rows as they come, a batch at a time),
+through a journal that the next export or push completes if the process dies half way through;
 `datasets.load_dataset(folder, config)` reads it back through the card's `configs`.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ from traceforge.export.card import MANIFEST, render_card
 
 DEFAULT_MAX_SHARD_BYTES = 500 * 1024 * 1024  # as datasets' push_to_hub
 PARTIAL = ".traceforge-partial"  # a config's files while they are written (see ConfigWriter)
+JOURNAL = "COMMIT"  # in a config's partial folder: what its commit does, once decided
 BATCH_ROWS = 1000  # rows converted and written together: datasets' default writer batch
 BATCH_BYTES = 16 * 1024 * 1024  # of rows' sizes as added: a row group of about as many Arrow bytes
 
@@ -50,9 +53,11 @@ def read_manifest(folder: Path) -> dict[str, Any]:
 
 
 def prepare(folder: Path) -> dict[str, Any]:
-    """Check that `folder` is new, empty or an export folder, and return its manifest."""
+    """Check that `folder` is new, empty or an export folder, finish the commits an earlier export
+    left half done, and return its manifest."""
     if folder.exists() and not folder.is_dir():
         raise FolderError(f"{folder} is a file; --out must be a folder")
+    finish_commits(folder)
     if (
         folder.exists()
         and not (folder / MANIFEST).exists()
@@ -103,6 +108,8 @@ class ConfigWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if (self.partial / JOURNAL).exists():
+            return  # committed, but stopped while putting the files in place: finish_commits ends it
         for split in self.splits.values():
             split.discard()
         shutil.rmtree(self.partial, ignore_errors=True)
@@ -121,28 +128,73 @@ class ConfigWriter:
 
     def commit(self, entry: dict[str, Any], license: str | None = None) -> list[str]:
         """Put the files in place of the config's old ones, record `entry` (and `license`) in the
-        manifest, write the card; returns the files, relative to the folder."""
-        placed = []
+        manifest, write the card; returns the files, relative to the folder.
+
+        What to remove, move and record is first written whole to a journal (`COMMIT`) beside the
+        new files: from then on the commit completes, here or, if the process dies half way, at the
+        next export or push into the folder (`finish_commits`), so the folder never keeps a config
+        without its files, or a manifest naming files it does not hold."""
         for split in self.splits.values():
             split.close()
         config_dir = self.folder / self.config
-        config_dir.mkdir(parents=True, exist_ok=True)
-        for old in [*config_dir.glob("*-of-*.parquet"), *config_dir.glob("*.jsonl")]:
-            old.unlink()
-        for split in self.splits.values():
-            for written, name in split.final_names():
-                placed.append(written.replace(config_dir / name))
-        if not any(config_dir.iterdir()):
-            config_dir.rmdir()
+        moves = [
+            (written.name, f"{self.config}/{name}")
+            for split in self.splits.values()
+            for written, name in split.final_names()
+        ]
+        placed = {dest for _, dest in moves}
+        old = [*config_dir.glob("*-of-*.parquet"), *config_dir.glob("*.jsonl")]
         manifest = read_manifest(self.folder)
-        entry = {**entry, "files": [p.relative_to(self.folder).as_posix() for p in placed]}
+        entry = {**entry, "files": [dest for _, dest in moves]}
         manifest["configs"][self.config] = entry
         if license is not None:
             manifest["license"] = license
-        text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
-        (self.folder / MANIFEST).write_text(text, encoding="utf-8")
-        (self.folder / "README.md").write_text(render_card(self.folder, manifest), encoding="utf-8")
+        journal = {  # an old file a new one replaces is not removed: a repeat would remove the new
+            "remove": sorted({p.relative_to(self.folder).as_posix() for p in old} - placed),
+            "move": moves,
+            "manifest": manifest,
+        }
+        _write_durably(self.partial / JOURNAL, json.dumps(journal), self.partial)
+        _finish_commit(self.folder, self.partial)
         return entry["files"]
+
+
+def finish_commits(folder: Path) -> None:
+    """Complete the commits an export decided on but did not finish (killed while putting its
+    files in place): each config's journal under `.traceforge-partial/` is carried out again,
+    every step of it safe to repeat."""
+    for partial in sorted((folder / PARTIAL).glob(f"*/{JOURNAL}")):
+        _finish_commit(folder, partial.parent)
+
+
+def _finish_commit(folder: Path, partial: Path) -> None:
+    journal = json.loads((partial / JOURNAL).read_text(encoding="utf-8"))
+    for name in journal["remove"]:
+        (folder / name).unlink(missing_ok=True)
+    for source, dest in journal["move"]:
+        if (partial / source).exists():  # else moved before the process died
+            (folder / dest).parent.mkdir(parents=True, exist_ok=True)
+            (partial / source).replace(folder / dest)
+    config_dir = folder / partial.name
+    if config_dir.is_dir() and not any(config_dir.iterdir()):
+        config_dir.rmdir()
+    text = json.dumps(journal["manifest"], indent=2, sort_keys=True) + "\n"
+    _write_durably(folder / MANIFEST, text, partial)
+    _write_durably(folder / "README.md", render_card(folder, json.loads(text)), partial)
+    shutil.rmtree(partial)
+    with contextlib.suppress(OSError):  # other configs' partial files, of exports running now
+        (folder / PARTIAL).rmdir()
+
+
+def _write_durably(path: Path, text: str, scratch: Path) -> None:
+    """Replace `path` with `text` in one step (written to `scratch` first, then renamed over it):
+    a reader, or a process that dies, sees the old text or the new, never part of it."""
+    staged = scratch / f"{path.name}.new"
+    with staged.open("w", encoding="utf-8") as out:
+        out.write(text)
+        out.flush()
+        os.fsync(out.fileno())
+    staged.replace(path)
 
 
 class _ParquetSplit:

@@ -24,7 +24,7 @@ from huggingface_hub.utils import filter_repo_objects
 
 from traceforge import __version__
 from traceforge.export.card import MANIFEST
-from traceforge.export.folder import read_manifest
+from traceforge.export.folder import finish_commits, read_manifest
 
 # What is not published: paths with a part that starts with a dot (`.traceforge-partial/`, an
 # interrupted export's files; editor and system files), as fnmatch patterns over the whole path.
@@ -63,6 +63,7 @@ def push_folder(
     repo is refused unless `private` is False. A config exported with `--no-redact` is refused unless
     `allow_unredacted`: saying it once at export time is not saying it for the Hub.
     """
+    finish_commits(folder)  # an export killed while putting its files in place: publish what it decided
     manifest = read_manifest(folder)
     configs = [c for c, entry in manifest["configs"].items() if entry.get("files")]
     if not (folder / MANIFEST).exists() or not configs:
