@@ -21,6 +21,7 @@ from datasets import load_dataset
 from traceforge import store
 from traceforge.cli import cli
 from traceforge.export import card, folder, pipeline, selection, sft, source
+from traceforge.export.hub import push_folder
 from traceforge.export.pipeline import ExportOptions, export
 from traceforge.export.selection import Criteria
 from traceforge.export.source import Conversation
@@ -259,3 +260,49 @@ def test_an_export_killed_while_putting_its_files_in_place_is_finished_by_the_ne
     # the test split is one shard whatever the size: test-00000-of-00001 is always replaced
     assert len(removed) == (len(old) - 1 if old_shard_bytes == 20_000 else 0) and len(old) >= 2
     assert steps == 1 + len(removed) + 2 + 2  # the journal, removals, 2 moves, manifest and card
+
+
+def test_a_first_export_killed_half_way_through_its_commit_does_not_make_the_folder_foreign(
+    samples_db, tmp_path
+):
+    """Killed after its journal and one file moved, a new folder holds a config's file but no
+    manifest yet: the next export finishes that commit rather than refusing a folder that holds
+    no traceforge export."""
+    out = tmp_path / "data"
+    with pytest.raises(Killed), killed_at_file_step(out, 2):
+        run_export(samples_db, out, "sft")
+    assert not (out / card.MANIFEST).exists() and len(list((out / "sft").iterdir())) == 1
+    with folder.ConfigWriter(out, "openai", ["train"], features=None):  # the writer alone, too
+        assert set(folder.read_manifest(out)["configs"]) == {"sft"}
+    run_export(samples_db, out, "parallel")
+    configs = folder.read_manifest(out)["configs"]
+    assert set(configs) == {"sft", "parallel"}
+    assert sorted(f"sft/{p.name}" for p in (out / "sft").iterdir()) == sorted(configs["sft"]["files"])
+
+
+def test_a_folder_being_written_is_refused_to_a_second_export_and_to_a_push(samples_db, tmp_path):
+    out = tmp_path / "data"
+    refused: list[str] = []
+
+    def meanwhile(done: int, total: int) -> None:
+        if refused:
+            return
+        for attempt in (
+            lambda: run_export(samples_db, out, "parallel"),
+            lambda: push_folder(out, "org/data", token="hf_unused"),
+        ):
+            with pytest.raises(folder.FolderError) as error:
+                attempt()
+            refused.append(str(error.value))
+
+    con = store.connect(samples_db, read_only=True)
+    try:
+        export(con, ExportOptions(kind="sft", out=out), meanwhile)
+    finally:
+        con.close()
+    assert len(refused) == 2
+    for message in refused:
+        assert f"{out} is being written by another traceforge export or push" in message
+    assert not (out / "parallel").exists()
+    run_export(samples_db, out, "parallel")  # held no longer
+    assert set(folder.read_manifest(out)["configs"]) == {"sft", "parallel"}

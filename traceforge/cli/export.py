@@ -221,9 +221,10 @@ def export(
 
 
 def _push(folder: Path, repo_id: str, private: bool, token: str | None) -> PushResult:
+    from traceforge.export.folder import FolderError
     from traceforge.export.hub import HubError, push_folder
 
     try:
         return push_folder(folder, repo_id, private=private, token=token)
-    except HubError as exc:
+    except (HubError, FolderError) as exc:
         raise click.ClickException(f"the export is in {folder}, but the push failed: {exc}") from exc

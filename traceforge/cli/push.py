@@ -40,6 +40,7 @@ def push(folder, repo_id, private, token, message, allow_unredacted, as_json):
       traceforge push traceforge-out/datasets my-org/support-agent-sft
       traceforge push data/ my-org/agent-prefs --public --token "$HF_TOKEN"
     """
+    from traceforge.export.folder import FolderError
     from traceforge.export.hub import HubError, push_folder
 
     try:
@@ -51,7 +52,7 @@ def push(folder, repo_id, private, token, message, allow_unredacted, as_json):
             commit_message=message,
             allow_unredacted=allow_unredacted,
         )
-    except HubError as exc:
+    except (HubError, FolderError) as exc:
         raise click.ClickException(str(exc)) from exc
     if as_json:
         click.echo(

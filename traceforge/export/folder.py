@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,11 @@ from datasets import Dataset, Features
 from datasets.arrow_writer import ParquetWriter
 
 from traceforge.export.card import MANIFEST, render_card
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
 
 DEFAULT_MAX_SHARD_BYTES = 500 * 1024 * 1024  # as datasets' push_to_hub
 PARTIAL = ".traceforge-partial"  # a config's files while they are written (see ConfigWriter)
@@ -53,11 +59,22 @@ def read_manifest(folder: Path) -> dict[str, Any]:
 
 
 def prepare(folder: Path) -> dict[str, Any]:
-    """Check that `folder` is new, empty or an export folder, finish the commits an earlier export
-    left half done, and return its manifest."""
+    """Check that `folder` is new, empty or an export folder no other export or push is writing,
+    finish the commits an earlier export left half done, and return its manifest."""
+    _not_a_file(folder)
+    if folder.is_dir():
+        with writing(folder):
+            finish_journals(folder)
+    return _checked(folder)
+
+
+def _not_a_file(folder: Path) -> None:
     if folder.exists() and not folder.is_dir():
         raise FolderError(f"{folder} is a file; --out must be a folder")
-    finish_commits(folder)
+
+
+def _checked(folder: Path) -> dict[str, Any]:
+    """The manifest of a folder that is empty or an export folder (its journals finished)."""
     if (
         folder.exists()
         and not (folder / MANIFEST).exists()
@@ -70,6 +87,29 @@ def prepare(folder: Path) -> dict[str, Any]:
     return read_manifest(folder)
 
 
+@contextlib.contextmanager
+def writing(folder: Path) -> Iterator[None]:
+    """Hold `folder` for one writer (an export, a push) while in the block: another is refused at
+    once with what to do, as two would undo each other's manifest and files. The lock is on the
+    folder itself (no lock file), and ends with the process that holds it, however it ends.
+    Where the system has no `flock` (Windows), nothing is held."""
+    if fcntl is None:
+        yield
+        return
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise FolderError(
+                f"{folder} is being written by another traceforge export or push; "
+                "wait for it to end and run this again"
+            ) from None
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock
+
+
 class ConfigWriter:
     """One config's files, written as its rows come: per split, parquet shards of `datasets` rows
     with `features` (each of at most about `max_shard_bytes` of Arrow data), or one JSON Lines
@@ -77,7 +117,8 @@ class ConfigWriter:
 
     The files are written under `.traceforge-partial/` in the folder; `commit` puts them in place
     of the config's old files and updates the manifest and card. Leaving the block without a
-    commit (an error, an interrupt) removes them and leaves the config as it was.
+    commit (an error, an interrupt) removes them and leaves the config as it was. The folder is
+    held (`writing`) for the whole block: a second export or a push into it is refused meanwhile.
     """
 
     def __init__(
@@ -89,12 +130,9 @@ class ConfigWriter:
         features: Features | None,
         max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
     ) -> None:
-        prepare(folder)
         self.folder = folder
         self.config = config
         self.partial = folder / PARTIAL / config
-        shutil.rmtree(self.partial, ignore_errors=True)  # what an interrupted export left
-        self.partial.mkdir(parents=True)
         self.splits: dict[str, _ParquetSplit | _JsonLinesSplit] = {
             split: (
                 _JsonLinesSplit(self.partial, split)
@@ -105,16 +143,26 @@ class ConfigWriter:
         }
 
     def __enter__(self) -> ConfigWriter:
+        _not_a_file(self.folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(writing(self.folder))
+            finish_journals(self.folder)  # before the check: a first export killed half way has no manifest
+            _checked(self.folder)
+            shutil.rmtree(self.partial, ignore_errors=True)  # what an interrupted export left
+            self.partial.mkdir(parents=True)
+            self._held = stack.pop_all()  # the folder stays held until __exit__
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if (self.partial / JOURNAL).exists():
-            return  # committed, but stopped while putting the files in place: finish_commits ends it
-        for split in self.splits.values():
-            split.discard()
-        shutil.rmtree(self.partial, ignore_errors=True)
-        with contextlib.suppress(OSError):  # other configs' partial files, of exports running now
-            (self.folder / PARTIAL).rmdir()
+        with self._held:
+            if (self.partial / JOURNAL).exists():
+                return  # committed, but stopped while putting the files in place: the next ends it
+            for split in self.splits.values():
+                split.discard()
+            shutil.rmtree(self.partial, ignore_errors=True)
+            with contextlib.suppress(OSError):  # other configs' files, of exports killed before
+                (self.folder / PARTIAL).rmdir()
 
     def add(self, split: str, row: dict[str, Any], size: int) -> None:
         """Write `row` to `split`; `size`: roughly its bytes (the batches of rows converted
@@ -132,7 +180,7 @@ class ConfigWriter:
 
         What to remove, move and record is first written whole to a journal (`COMMIT`) beside the
         new files: from then on the commit completes, here or, if the process dies half way, at the
-        next export or push into the folder (`finish_commits`), so the folder never keeps a config
+        next export or push into the folder (`finish_journals`), so the folder never keeps a config
         without its files, or a manifest naming files it does not hold."""
         for split in self.splits.values():
             split.close()
@@ -159,10 +207,10 @@ class ConfigWriter:
         return entry["files"]
 
 
-def finish_commits(folder: Path) -> None:
+def finish_journals(folder: Path) -> None:
     """Complete the commits an export decided on but did not finish (killed while putting its
     files in place): each config's journal under `.traceforge-partial/` is carried out again,
-    every step of it safe to repeat."""
+    every step of it safe to repeat. The caller holds the folder (`writing`)."""
     for partial in sorted((folder / PARTIAL).glob(f"*/{JOURNAL}")):
         _finish_commit(folder, partial.parent)
 
@@ -182,7 +230,7 @@ def _finish_commit(folder: Path, partial: Path) -> None:
     _write_durably(folder / MANIFEST, text, partial)
     _write_durably(folder / "README.md", render_card(folder, json.loads(text)), partial)
     shutil.rmtree(partial)
-    with contextlib.suppress(OSError):  # other configs' partial files, of exports running now
+    with contextlib.suppress(OSError):  # other configs' journals (finished next), or files of killed exports
         (folder / PARTIAL).rmdir()
 
 

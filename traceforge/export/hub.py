@@ -24,7 +24,7 @@ from huggingface_hub.utils import filter_repo_objects
 
 from traceforge import __version__
 from traceforge.export.card import MANIFEST
-from traceforge.export.folder import finish_commits, read_manifest
+from traceforge.export.folder import finish_journals, read_manifest, writing
 
 # What is not published: paths with a part that starts with a dot (`.traceforge-partial/`, an
 # interrupted export's files; editor and system files), as fnmatch patterns over the whole path.
@@ -63,7 +63,23 @@ def push_folder(
     repo is refused unless `private` is False. A config exported with `--no-redact` is refused unless
     `allow_unredacted`: saying it once at export time is not saying it for the Hub.
     """
-    finish_commits(folder)  # an export killed while putting its files in place: publish what it decided
+    if not folder.is_dir():
+        raise HubError(
+            f"{folder} is not a folder; write an export with `traceforge export sft --out {folder}`"
+        )
+    with writing(folder):  # no export changes the files while they are sent
+        finish_journals(folder)  # an export killed while putting its files in place: send what it meant
+        return _push(folder, repo_id, private, token, commit_message, allow_unredacted)
+
+
+def _push(
+    folder: Path,
+    repo_id: str,
+    private: bool,
+    token: str | None,
+    commit_message: str | None,
+    allow_unredacted: bool,
+) -> PushResult:
     manifest = read_manifest(folder)
     configs = [c for c, entry in manifest["configs"].items() if entry.get("files")]
     if not (folder / MANIFEST).exists() or not configs:
