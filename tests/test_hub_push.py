@@ -110,6 +110,14 @@ def test_push_first_finishes_an_export_killed_while_putting_its_files_in_place(
     same_dataset(folder, received, "sft", tmp_path)
 
 
+def test_a_broken_manifest_is_reported_not_pushed(runner, hub, folder):
+    (folder / "traceforge-export.json").write_text('{"configs": {', encoding="utf-8")
+    result = runner.invoke(cli, ["push", str(folder), "org/broken", "--token", TOKEN])
+    assert result.exit_code == 1 and not isinstance(result.exception, ValueError)
+    assert "traceforge-export.json: not valid JSON" in result.output and "remove it" in result.output
+    assert "dataset:org/broken" not in hub.repos
+
+
 def test_export_push_to_hub_with_the_token_from_the_environment(runner, hub, db, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     out = tmp_path / "rl"
