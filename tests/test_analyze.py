@@ -67,6 +67,41 @@ def test_analyze_writes_every_output_consistent_with_the_store(analysed):
     assert set(summary["outputs"]) == {"summary", "profile", "replay", "report"}
 
 
+# Parts of summary.json documented elsewhere (profile.md, schema.md's views), or keyed by data.
+DOCUMENTED_ELSEWHERE = {
+    "spend",
+    "parallel.by_workload",
+    "parallel.tool_pairs",
+    "parallel.edges_by_kind",
+    "inference.projected",
+    "inference.deployment.engine_hints",
+}
+
+
+def test_the_summary_json_reference_names_every_key_summary_json_has(analysed):
+    """docs/analyze.md's table is the contract scripts read: a key added without a line there fails."""
+    _, out, _ = analysed
+    summary = json.loads((out / "summary.json").read_text())
+    text = (REPO / "docs" / "analyze.md").read_text()
+    section = text.split("## `summary.json`", 1)[1].split("\n## ", 1)[0]
+    documented = set(re.findall(r"`([a-z_0-9]+)`", section))
+
+    def keys(value, path: str = "") -> set[str]:
+        if isinstance(value, list):  # a list of objects: the keys of its rows
+            return set().union(*(keys(row, path) for row in value))
+        if not isinstance(value, dict) or path in DOCUMENTED_ELSEWHERE:
+            return set()
+        found = set(value)
+        for key, inner in value.items():
+            found |= keys(inner, f"{path}.{key}" if path else key)
+        return found
+
+    every = keys(summary)
+    assert {"totals", "cache_reported_input_tokens", "top_traces", "binding", "p99"} <= every
+    assert every - documented == set()
+    assert f'`"traceforge.summary"`, `{summary["schema_version"]}`' in section
+
+
 def test_terminal_report_answers_the_four_questions_without_colour_when_piped(analysed):
     _, _, result = analysed
     for section in SECTIONS:

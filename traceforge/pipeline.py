@@ -40,7 +40,7 @@ from traceforge.pricing import PriceTable
 from traceforge.report.dag_view import schedule_json
 
 SUMMARY_SCHEMA = "traceforge.summary"
-SUMMARY_VERSION = 1
+SUMMARY_VERSION = 2  # docs/analyze.md#summaryjson: what changes it
 DAG_DRAWINGS = 3  # traces whose observed and parallel schedules the HTML report draws
 TOP_TRACES = 20  # traces with most turns to save that summary.json lists
 # A workload needs this many successful traces before SFT on it is worth recommending.
