@@ -16,6 +16,7 @@ from hub_standin import HubStandIn
 
 from traceforge import store
 from traceforge.cli import cli
+from traceforge.export.hub import HubError, push_folder
 from traceforge.export.pipeline import ExportOptions, export
 from traceforge.export.selection import Criteria
 
@@ -116,6 +117,15 @@ def test_a_broken_manifest_is_reported_not_pushed(runner, hub, folder):
     assert result.exit_code == 1 and not isinstance(result.exception, ValueError)
     assert "traceforge-export.json: not valid JSON" in result.output and "remove it" in result.output
     assert "dataset:org/broken" not in hub.repos
+
+
+def test_a_folder_that_is_not_there_is_reported_not_pushed(runner, hub, tmp_path):
+    missing = tmp_path / "no-such-export"
+    result = runner.invoke(cli, ["push", str(missing), "org/none", "--token", TOKEN])
+    assert result.exit_code == 2 and "does not exist" in result.output  # click checks the argument
+    with pytest.raises(HubError, match="is not a folder; write an export with `traceforge export sft"):
+        push_folder(missing, "org/none", token=TOKEN)  # the library says what to do too
+    assert not missing.exists() and "dataset:org/none" not in hub.repos
 
 
 def test_export_push_to_hub_with_the_token_from_the_environment(runner, hub, db, tmp_path, monkeypatch):

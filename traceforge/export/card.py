@@ -114,7 +114,7 @@ def _counts(counts: dict[str, int], names: dict[str, str]) -> list[str]:
 
 
 def _largest_first(splits: dict[str, float]) -> list[tuple[str, float]]:
-    """The manifest keeps its keys sorted: train after test unless put first by size."""
+    """The splits, largest first: the manifest's keys are sorted, which would put test before train."""
     return sorted(splits.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
