@@ -5,6 +5,7 @@ half-way leaves the folder as it was. On the analysed sample traces (21 traces).
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import os
 import re
@@ -306,3 +307,28 @@ def test_a_folder_being_written_is_refused_to_a_second_export_and_to_a_push(samp
     assert not (out / "parallel").exists()
     run_export(samples_db, out, "parallel")  # held no longer
     assert set(folder.read_manifest(out)["configs"]) == {"sft", "parallel"}
+
+
+@pytest.mark.parametrize("code", ["ENOLCK", "EOPNOTSUPP"])
+def test_a_folder_on_a_filesystem_without_locks_is_written_unlocked(samples_db, tmp_path, monkeypatch, code):
+    """NFS without a lock daemon answers flock with ENOLCK, some FUSE mounts with EOPNOTSUPP: the
+    export goes on there, as on a system without flock, instead of failing."""
+
+    def no_locks(descriptor: int, operation: int) -> None:
+        raise OSError(getattr(errno, code), os.strerror(getattr(errno, code)))
+
+    monkeypatch.setattr(folder.fcntl, "flock", no_locks)
+    out = tmp_path / "data"
+    run_export(samples_db, out, "sft")
+    configs = folder.read_manifest(out)["configs"]
+    assert set(configs) == {"sft"}
+    assert sorted(f"sft/{p.name}" for p in (out / "sft").iterdir()) == sorted(configs["sft"]["files"])
+
+
+def test_another_lock_failure_is_not_hidden(samples_db, tmp_path, monkeypatch):
+    def denied(descriptor: int, operation: int) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(folder.fcntl, "flock", denied)
+    with pytest.raises(PermissionError):
+        run_export(samples_db, tmp_path / "data", "sft")

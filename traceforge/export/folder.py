@@ -18,6 +18,7 @@ through a journal that the next export or push completes if the process dies hal
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -92,7 +93,9 @@ def writing(folder: Path) -> Iterator[None]:
     """Hold `folder` for one writer (an export, a push) while in the block: another is refused at
     once with what to do, as two would undo each other's manifest and files. The lock is on the
     folder itself (no lock file), and ends with the process that holds it, however it ends.
-    Where the system has no `flock` (Windows), nothing is held."""
+    Where the system has no `flock` (Windows), or the folder's filesystem takes no locks (NFS
+    without a lock daemon, some FUSE mounts), nothing is held: the export goes on as before there
+    was a lock."""
     if fcntl is None:
         yield
         return
@@ -105,9 +108,16 @@ def writing(folder: Path) -> Iterator[None]:
                 f"{folder} is being written by another traceforge export or push; "
                 "wait for it to end and run this again"
             ) from None
+        except OSError as exc:
+            if exc.errno not in _NO_LOCKS_HERE:
+                raise
         yield
     finally:
         os.close(descriptor)  # releases the lock
+
+
+# What flock fails with on a filesystem that takes no locks.
+_NO_LOCKS_HERE = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EINVAL}
 
 
 class ConfigWriter:
