@@ -138,6 +138,31 @@ def test_json_prints_summary_json_and_a_rerun_reuses_the_store(analysed, runner,
         assert printed[key] == first[key], key
 
 
+def test_a_run_that_fails_to_write_its_outputs_leaves_the_last_summary_json_whole(
+    analysed, runner, tmp_path, monkeypatch
+):
+    """summary.json is written last, in one rename: a run that fails on the way (here writing
+    report.html, as a full disk would) leaves the previous run's, naming outputs that exist."""
+    db, out, _ = analysed
+    copy, outputs = tmp_path / "store.duckdb", tmp_path / "o"
+    shutil.copytree(out, outputs)
+    shutil.copy(db, copy)
+    before = (outputs / "summary.json").read_bytes()
+
+    def disk_full(path, *args):
+        path.write_text("<!doctype html><title>trun")
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr("traceforge.report.html.write_report", disk_full)
+    failed = runner.invoke(cli, ["analyze", str(SAMPLE_TRACES), "--db", str(copy), "--out", str(outputs)])
+    assert failed.exit_code == 1, failed.output
+    report = outputs / "report.html"
+    assert f"cannot write the outputs to {outputs} ({report}: No space left on device)" in failed.output
+    assert "free some space or choose another --out, then run `traceforge analyze` again" in failed.output
+    assert (outputs / "summary.json").read_bytes() == before
+    assert [p.name for p in outputs.iterdir() if p.name.startswith(".")] == []
+
+
 def test_summary_lists_the_traces_to_look_at_as_deps_does_up_to_its_cap(
     analysed, runner, tmp_path, monkeypatch
 ):

@@ -214,3 +214,16 @@ def test_profile_terminal_output_sweep_and_errors(tmp_path, runner, db_path):
         cli, ["profile", "--db", str(db_path), "--out", str(out), "--gpu-profile", "tpu-v9"]
     )
     assert bad_gpu.exit_code == 1 and "shipped:" in bad_gpu.output
+
+
+def test_an_out_folder_that_cannot_be_written_is_an_error_with_what_to_do(tmp_path, runner, db_path):
+    write_logs(tmp_path)
+    assert runner.invoke(cli, ["ingest", "--db", str(db_path), str(tmp_path / "logs")]).exit_code == 0
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    result = runner.invoke(cli, ["profile", "--db", str(db_path), "--out", str(blocked / "out")])
+    assert result.exit_code == 1, result.output
+    assert f"Error: cannot write the outputs to {blocked / 'out'} ({blocked / 'out'}: Not a directory)" in (
+        result.output
+    )
+    assert "choose another --out, then run `traceforge profile` again" in result.output

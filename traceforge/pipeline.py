@@ -85,12 +85,19 @@ def run_analysis(
     out.mkdir(parents=True, exist_ok=True)
     paths = write_profile(profile, out)
     summary_path = out / "summary.json"
-    summary_path.write_text(json.dumps(summary, indent=2, default=str) + "\n")
     paths["summary"] = str(summary_path)
     paths["report"] = str(write_report(out / "report.html", summary, profile, drawings))
     summary["outputs"] = paths
-    summary_path.write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    _replace_text(summary_path, json.dumps(summary, indent=2, default=str) + "\n")
     return AnalysisResult(summary=summary, profile=profile, paths=paths)
+
+
+def _replace_text(path: Path, text: str) -> None:
+    """Write `path` in one rename, last of the outputs: what reads summary.json (a dashboard, a CI
+    job) finds the last complete run's, never part of one, nor one whose other outputs failed."""
+    staged = path.with_name(f".{path.name}.new")
+    staged.write_text(text, encoding="utf-8")
+    staged.replace(path)
 
 
 def assemble_summary(

@@ -21,6 +21,7 @@ from traceforge.cli.options import (
     stdout,
     strict_option,
     workload_key_option,
+    writing_outputs,
 )
 from traceforge.pipeline import run_analysis
 from traceforge.report.terminal import render_ingest, render_report
@@ -68,7 +69,8 @@ def analyze(paths, db, out, workload_key, mode, config_path, prices, fmt, strict
             exit_for(report, strict)
             raise click.ClickException(f"{db} holds no traces to analyse.")
         status = stderr().status("analysing", spinner="dots")
-        with status:
+        rerun = "run `traceforge analyze` again (the store keeps what was ingested)"
+        with status, writing_outputs(out, rerun):
             try:
                 result = run_analysis(
                     con,

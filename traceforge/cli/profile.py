@@ -15,7 +15,15 @@ from traceforge.analysis.deployment import (
 from traceforge.analysis.prefix_cache import BLOCK_SIZE
 from traceforge.analysis.workloads import WorkloadKeyError
 from traceforge.cli import cli
-from traceforge.cli.options import db_option, json_option, prices_option, stderr, stdout, workload_key_option
+from traceforge.cli.options import (
+    db_option,
+    json_option,
+    prices_option,
+    stderr,
+    stdout,
+    workload_key_option,
+    writing_outputs,
+)
 from traceforge.export.profile import build_profile, write_profile
 from traceforge.pricing import PriceFileError, load_prices
 from traceforge.report.profile import render_profile
@@ -116,7 +124,8 @@ def profile(db, out, workload_key, gpu_profile, target_rps, ttft_ms, itl_ms, pri
             raise click.BadParameter(str(exc), param_hint="--workload-key") from exc
     finally:
         con.close()
-    paths = write_profile(result, out)
+    with writing_outputs(out, "run `traceforge profile` again"):
+        paths = write_profile(result, out)
     if as_json:
         click.echo(json.dumps(result.document, indent=2, default=str))
     else:
