@@ -56,8 +56,9 @@ LSH_BANDS = 16
 # A worker's piece of work: this many traces, or fewer holding this many messages.
 BATCH_TRACES = 64
 BATCH_MESSAGES = 5_000
-# Below this many traces, starting worker processes costs more than they save.
-PARALLEL_MIN_TRACES = 200
+# Up to this many traces, starting worker processes costs more than they save (measured:
+# docs/performance.md#exports).
+PARALLEL_MIN_TRACES = 300
 
 
 class SelectionError(ValueError):
