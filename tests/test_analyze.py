@@ -163,6 +163,23 @@ def test_a_run_that_fails_to_write_its_outputs_leaves_the_last_summary_json_whol
     assert [p.name for p in outputs.iterdir() if p.name.startswith(".")] == []
 
 
+def test_an_os_error_in_the_analysis_itself_is_not_called_an_output_failure(
+    analysed, runner, tmp_path, monkeypatch
+):
+    db, _, _ = analysed
+    copy = tmp_path / "store.duckdb"
+    shutil.copy(db, copy)
+
+    def broken(*args, **kwargs):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr("traceforge.pipeline.analyze_dependencies", broken)
+    failed = runner.invoke(
+        cli, ["analyze", str(SAMPLE_TRACES), "--db", str(copy), "--out", str(tmp_path / "o")]
+    )
+    assert isinstance(failed.exception, OSError) and "cannot write the outputs" not in failed.output
+
+
 def test_summary_lists_the_traces_to_look_at_as_deps_does_up_to_its_cap(
     analysed, runner, tmp_path, monkeypatch
 ):

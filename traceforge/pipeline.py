@@ -82,22 +82,37 @@ def run_analysis(
     summary = assemble_summary(con, dependencies, profile, mode=mode, store_path=store_path)
     drawings = dag_drawings(con, summary["parallel"]["top_traces"], mode, deps_config)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = write_profile(profile, out)
-    summary_path = out / "summary.json"
-    paths["summary"] = str(summary_path)
-    paths["report"] = str(write_report(out / "report.html", summary, profile, drawings))
-    summary["outputs"] = paths
-    _replace_text(summary_path, json.dumps(summary, indent=2, default=str) + "\n")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        paths = write_profile(profile, out)
+        summary_path = out / "summary.json"
+        paths["summary"] = str(summary_path)
+        paths["report"] = str(write_report(out / "report.html", summary, profile, drawings))
+        summary["outputs"] = paths
+        _replace_text(summary_path, json.dumps(summary, indent=2, default=str) + "\n")
+    except OSError as exc:
+        raise OutputError(exc) from exc
     return AnalysisResult(summary=summary, profile=profile, paths=paths)
+
+
+class OutputError(Exception):
+    """The analysis finished but its output files could not be written (`error`: why: a full disk,
+    a folder that may not be written)."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def _replace_text(path: Path, text: str) -> None:
     """Write `path` in one rename, last of the outputs: what reads summary.json (a dashboard, a CI
     job) finds the last complete run's, never part of one, nor one whose other outputs failed."""
     staged = path.with_name(f".{path.name}.new")
-    staged.write_text(text, encoding="utf-8")
-    staged.replace(path)
+    try:
+        staged.write_text(text, encoding="utf-8")
+        staged.replace(path)
+    finally:
+        staged.unlink(missing_ok=True)
 
 
 def assemble_summary(

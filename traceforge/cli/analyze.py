@@ -15,15 +15,15 @@ from traceforge.cli.options import (
     format_option,
     json_option,
     mode_option,
+    output_failure,
     prices_from,
     prices_option,
     stderr,
     stdout,
     strict_option,
     workload_key_option,
-    writing_outputs,
 )
-from traceforge.pipeline import run_analysis
+from traceforge.pipeline import OutputError, run_analysis
 from traceforge.report.terminal import render_ingest, render_report
 
 
@@ -69,8 +69,7 @@ def analyze(paths, db, out, workload_key, mode, config_path, prices, fmt, strict
             exit_for(report, strict)
             raise click.ClickException(f"{db} holds no traces to analyse.")
         status = stderr().status("analysing", spinner="dots")
-        rerun = "run `traceforge analyze` again (the store keeps what was ingested)"
-        with status, writing_outputs(out, rerun):
+        with status:
             try:
                 result = run_analysis(
                     con,
@@ -84,6 +83,9 @@ def analyze(paths, db, out, workload_key, mode, config_path, prices, fmt, strict
                 )
             except WorkloadKeyError as exc:
                 raise click.BadParameter(str(exc), param_hint="--workload-key") from exc
+            except OutputError as exc:
+                rerun = "run `traceforge analyze` again (the store keeps what was ingested)"
+                raise output_failure(out, exc.error, rerun) from exc
     finally:
         con.close()
     if as_json:

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -84,19 +81,14 @@ def prices_from(path: str | None) -> PriceTable:
         raise click.ClickException(str(exc)) from exc
 
 
-@contextlib.contextmanager
-def writing_outputs(out: str, rerun: str) -> Iterator[None]:
-    """Report a failure to write the output files (a full disk, a folder that may not be written)
-    as what it is, with what to do (`rerun`), not as a bug in traceforge."""
-    try:
-        yield
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        detail = f"{exc.filename}: {reason}" if exc.filename else reason
-        raise click.ClickException(
-            f"cannot write the outputs to {out} ({detail}); "
-            f"free some space or choose another --out, then {rerun}"
-        ) from exc
+def output_failure(out: str, error: OSError, rerun: str) -> click.ClickException:
+    """A failure to write the output files (a full disk, a folder that may not be written) said as
+    what it is, with what to do (`rerun`), not as a bug in traceforge."""
+    reason = error.strerror or str(error)
+    detail = f"{error.filename}: {reason}" if error.filename else reason
+    return click.ClickException(
+        f"cannot write the outputs to {out} ({detail}); free some space or choose another --out, then {rerun}"
+    )
 
 
 def stdout() -> Console:

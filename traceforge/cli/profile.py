@@ -18,11 +18,11 @@ from traceforge.cli import cli
 from traceforge.cli.options import (
     db_option,
     json_option,
+    output_failure,
     prices_option,
     stderr,
     stdout,
     workload_key_option,
-    writing_outputs,
 )
 from traceforge.export.profile import build_profile, write_profile
 from traceforge.pricing import PriceFileError, load_prices
@@ -124,8 +124,10 @@ def profile(db, out, workload_key, gpu_profile, target_rps, ttft_ms, itl_ms, pri
             raise click.BadParameter(str(exc), param_hint="--workload-key") from exc
     finally:
         con.close()
-    with writing_outputs(out, "run `traceforge profile` again"):
+    try:
         paths = write_profile(result, out)
+    except OSError as exc:
+        raise output_failure(out, exc, "run `traceforge profile` again") from exc
     if as_json:
         click.echo(json.dumps(result.document, indent=2, default=str))
     else:
