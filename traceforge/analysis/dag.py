@@ -267,8 +267,9 @@ def settings_key(mode: str, config: DepsConfig) -> str:
     return f"v{ANALYSIS_VERSION}:{mode}:{config.fingerprint()}"
 
 
-# Below this many tool calls to analyse, starting worker processes costs more than it saves.
-PARALLEL_MIN_CALLS = 20_000
+# Up to this many tool calls to analyse, starting worker processes costs more than it saves
+# (measured: docs/performance.md#worker-processes-when-they-pay).
+PARALLEL_MIN_CALLS = 25_000
 
 
 def analyze_dependencies(

@@ -381,8 +381,10 @@ def _rendered_call(call: dict[str, Any]) -> str:
 # would cost this process about as much as rendering them.
 CONVERSATION_TABLES = ("llm_calls", "messages", "tool_defs")
 CONVERSATION_BATCH_CALLS = 20_000
-# Below this many LLM calls, starting worker processes costs more than it saves.
-PARALLEL_MIN_CALLS = 20_000
+# Up to this many LLM calls, worker processes cost more than they save: the main process keeps
+# the numbering of every block, so the workers relieve it of little (measured:
+# docs/performance.md#worker-processes-when-they-pay).
+PARALLEL_MIN_CALLS = 50_000
 
 
 def _calls_sql(where: str) -> str:

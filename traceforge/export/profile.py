@@ -50,8 +50,9 @@ from traceforge.export.replay import replay_commands, write_replay
 from traceforge.pricing import PriceTable
 from traceforge.workers import ordered_map, worker_count
 
-# Below this many LLM calls, starting worker processes costs more than it saves.
-PARALLEL_MIN_REQUESTS = 20_000
+# Up to this many LLM calls, starting worker processes costs more than it saves (measured with
+# `prefix_cache.PARALLEL_MIN_CALLS`: docs/performance.md#worker-processes-when-they-pay).
+PARALLEL_MIN_REQUESTS = 50_000
 SCHEMA = "traceforge.profile"
 SCHEMA_VERSION = 1
 PROFILE_FILE = "profile.json"

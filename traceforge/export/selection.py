@@ -57,7 +57,7 @@ LSH_BANDS = 16
 BATCH_TRACES = 64
 BATCH_MESSAGES = 5_000
 # Up to this many traces, starting worker processes costs more than they save (measured:
-# docs/performance.md#exports).
+# docs/performance.md#worker-processes-when-they-pay).
 PARALLEL_MIN_TRACES = 300
 
 
