@@ -11,7 +11,8 @@ from pathlib import Path
 from builders import OpenAILoop, openai_tool_call, write_jsonl
 
 from traceforge import store
-from traceforge.ingest import ingest_paths
+from traceforge.cli import cli
+from traceforge.ingest import ingest_paths, sources
 
 
 def conversation(user: str, n_tools: int = 2) -> list[dict]:
@@ -247,3 +248,50 @@ def test_the_terminal_shows_stored_absolute_paths_as_a_user_would_type_them(tmp_
     result = runner.invoke(cli, ["ingest", "../../other", "--db", db])  # relative, shorter than absolute
     assert "new ../../other/more.jsonl " in result.output
     assert display_path("/var/log/agent.jsonl") == "/var/log/agent.jsonl"  # far from here: absolute
+
+
+def test_a_big_file_is_named_before_it_is_read_with_how_to_split_it(tmp_path, runner, monkeypatch):
+    """A file is parsed by one process with its rows held whole, so a big one takes several times
+    its size in memory: ingest says so before reading it, with the command that splits it (zcat
+    first for gzip, whose decompressed size counts). Small files, and a big file the store holds
+    unchanged, are not named; the ingest goes on either way."""
+    import traceforge.ingest
+
+    logs = tmp_path / "logs"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "sample_traces", logs)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(traceforge.ingest, "BIG_FILE_BYTES", 100_000)
+    db = str(tmp_path / "store.duckdb")
+    first = runner.invoke(cli, ["ingest", "logs", "--db", db])
+    assert first.exit_code == 0, first.output
+    notes = [line for line in first.stderr.splitlines() if line.startswith("note:")]
+    assert notes == [
+        "note: logs/anthropic_messages_gateway.jsonl.gz holds 175.4kB of data. A file is parsed by one "
+        "process with its rows held whole, which can take about 6 times its size in memory. If it is "
+        "JSON Lines, split it into files of about 64 MB to bound memory and use every core (zcat "
+        "logs/anthropic_messages_gateway.jsonl.gz | split -C 64m -d --additional-suffix=.jsonl - "
+        "part-): the traces spread over the parts are joined, so the store holds the same traces.",
+        "note: logs/openai_chat_gateway.jsonl holds 378.0kB of data. A file is parsed by one process "
+        "with its rows held whole, which can take about 6 times its size in memory. If it is JSON "
+        "Lines, split it into files of about 64 MB to bound memory and use every core (split -C 64m "
+        "-d --additional-suffix=.jsonl logs/openai_chat_gateway.jsonl part-): the traces spread over "
+        "the parts are joined, so the store holds the same traces.",
+    ]
+    assert "5 new" in first.stderr
+    again = runner.invoke(cli, ["ingest", "logs", "--db", db])
+    assert again.exit_code == 0 and "note:" not in again.stderr, again.stderr
+    with (logs / "openai_chat_gateway.jsonl").open("a") as out:
+        out.write("\n")  # changed: named again
+    changed = runner.invoke(cli, ["ingest", "logs", "--db", db])
+    assert [line[:40] for line in changed.stderr.splitlines() if line.startswith("note:")] == [
+        "note: logs/openai_chat_gateway.jsonl hol"
+    ]
+
+
+def test_a_gzip_file_s_size_is_its_content_s(tmp_path):
+    plain = tmp_path / "a.jsonl"
+    plain.write_text('{"a": 1}\n' * 10_000)
+    packed = tmp_path / "a.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert packed.stat().st_size < 1_000
+    assert sources.content_size(packed) == sources.content_size(plain) == 90_000

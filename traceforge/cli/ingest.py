@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from dataclasses import asdict
@@ -17,7 +18,7 @@ from traceforge.cli.options import (
     strict_option,
 )
 from traceforge.ingest import IngestReport, ingest_paths
-from traceforge.report.terminal import render_ingest
+from traceforge.report.terminal import render_big_file, render_ingest
 
 
 @cli.command()
@@ -67,7 +68,8 @@ def run_ingest(paths, db, fmt) -> IngestReport:
     con = store.connect(db)
     try:
         with FileProgress() as on_file:
-            return ingest_paths(con, list(paths), fmt=fmt, on_file=on_file)
+            on_big_file = functools.partial(render_big_file, stderr())
+            return ingest_paths(con, list(paths), fmt=fmt, on_file=on_file, on_big_file=on_big_file)
     finally:
         con.close()
 

@@ -26,7 +26,7 @@ from traceforge import store
 from traceforge.ingest import detect, parallel, writer
 from traceforge.ingest.joins import JoinReport, holdings, join_split_traces
 from traceforge.ingest.log_joins import join_log_conversations
-from traceforge.ingest.sources import SourceError, expand_paths, sha256_file
+from traceforge.ingest.sources import SourceError, content_size, expand_paths, sha256_file
 from traceforge.ingest.stream import ContentError, open_records
 from traceforge.ingest.writer import ParsedFile
 from traceforge.model import ParseResult, Reject
@@ -34,6 +34,9 @@ from traceforge.workers import worker_count
 
 # Files are written together until a batch holds about this many rows, or this many bytes of rows
 # (a batch is held in memory until it is written).
+# A file this big (decompressed) is parsed by one process with its rows held whole, which takes
+# several times its size in memory: the user is told to split it (docs/ingest.md#big-files).
+BIG_FILE_BYTES = 1 << 30
 BATCH_ROWS = 50_000
 BATCH_BYTES = 256 << 20
 RAW_SAMPLE_CHARS = 65_536
@@ -80,6 +83,7 @@ class IngestReport:
 
 
 ProgressCallback = Callable[[Path, int, int], None]
+BigFileCallback = Callable[[Path, int], None]
 
 
 def ingest_paths(
@@ -88,11 +92,14 @@ def ingest_paths(
     fmt: str = "auto",
     on_file: ProgressCallback | None = None,
     workers: int | None = None,
+    on_big_file: BigFileCallback | None = None,
 ) -> IngestReport:
     """Ingest files, folders and globs into the store behind `con`.
 
     `fmt` forces an adapter by name (see `traceforge.ingest.detect.formats()`); "auto" detects it
-    per file. `on_file(path, index, total)` is called as each file is taken up, for progress display.
+    per file. `on_file(path, index, total)` is called as each file is taken up, for progress display;
+    `on_big_file(path, size)` before any is read, for each new or changed file of at least
+    `BIG_FILE_BYTES` decompressed (see `big_files`).
     `workers` processes parse files while this one writes (`traceforge.ingest.parallel`); by default
     one per CPU when the files hold more than `parallel.PARALLEL_MIN_BYTES`, else files are parsed
     here. The store ends up the same either way.
@@ -106,6 +113,10 @@ def ingest_paths(
     for path, sha in known.items():
         by_sha.setdefault(sha, path)
     replaces = {str(path) for path in files if str(path) in known}
+    if on_big_file:
+        stored_sizes = dict(con.execute("SELECT path, bytes FROM sources").fetchall())
+        for path, size in big_files(files, stored_sizes):
+            on_big_file(path, size)
     count = _worker_count(workers, files)
     if count > 1:
         outcomes = parallel.parse_in_pool(files, fmt, dict(known), count)
@@ -161,6 +172,24 @@ def ingest_paths(
         written = [f.path for f in report.files if f.status in ("new", "changed")]
         report.after_joins = holdings(con, written)
     return report
+
+
+def big_files(files: list[Path], stored_sizes: dict[str, int]) -> list[tuple[Path, int]]:
+    """The files of at least `BIG_FILE_BYTES` once decompressed, with that size, but for those the
+    store holds with the same size on disk (most likely unchanged: not read again). One process
+    parses each file and holds its rows whole, so such a file takes several times its size in
+    memory (a file of JSON Lines transcripts about 6x), however much memory the rest needs."""
+    found = []
+    for path in files:
+        try:
+            if stored_sizes.get(str(path)) == path.stat().st_size:
+                continue
+            size = content_size(path)
+        except OSError:
+            continue  # reported as unreadable when its turn comes
+        if size >= BIG_FILE_BYTES:
+            found.append((path, size))
+    return found
 
 
 def _resolve_adapter(fmt: str) -> ModuleType | None:

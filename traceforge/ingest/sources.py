@@ -103,6 +103,17 @@ def expand_paths(paths: list[str | Path]) -> tuple[list[Path], list[str]]:
     return sorted(found.values(), key=lambda p: str(p)), problems
 
 
+def content_size(path: Path) -> int:
+    """How many bytes `path` holds once decompressed: its size, or for a gzip file the size its
+    trailer records (of the last member, modulo 4 GiB: an estimate), whichever is larger."""
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        if size < 18 or fh.read(2) != GZIP_MAGIC:
+            return size
+        fh.seek(-4, os.SEEK_END)
+        return max(size, int.from_bytes(fh.read(4), "little"))
+
+
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:

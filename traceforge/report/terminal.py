@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from rich import box
@@ -11,6 +12,7 @@ from rich.table import Table
 
 from traceforge.analysis.summary import cached_text
 from traceforge.ingest import IngestReport
+from traceforge.ingest.sources import GZIP_MAGIC
 
 
 def human(n: float | int | None) -> str:
@@ -45,6 +47,22 @@ def display_path(path: str) -> str:
     except ValueError:  # another drive on Windows
         return path
     return relative if len(relative) <= len(path) else path
+
+
+def render_big_file(console: Console, path: Path, size: int) -> None:
+    """What to do about a file too big to parse whole comfortably (`ingest.big_files`): split it.
+    The parts give the same traces, since traces spread over files are joined."""
+    shown = display_path(str(path))
+    with path.open("rb") as fh:
+        compressed = fh.read(2) == GZIP_MAGIC
+    split = f"split -C 64m -d --additional-suffix=.jsonl {'- ' if compressed else ''}"
+    command = f"zcat {shown} | {split}part-" if compressed else f"{split}{shown} part-"
+    console.print(
+        f"[yellow]note:[/] {shown} holds {human(size)}B of data. A file is parsed by one process with "
+        f"its rows held whole, which can take about 6 times its size in memory. If it is JSON Lines, "
+        f"split it into files of about 64 MB to bound memory and use every core ({command}): the "
+        "traces spread over the parts are joined, so the store holds the same traces."
+    )
 
 
 def render_ingest(console: Console, report: IngestReport, verbose: bool = False) -> None:
