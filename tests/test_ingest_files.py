@@ -294,4 +294,5 @@ def test_a_gzip_file_s_size_is_its_content_s(tmp_path):
     packed = tmp_path / "a.jsonl.gz"
     packed.write_bytes(gzip.compress(plain.read_bytes()))
     assert packed.stat().st_size < 1_000
-    assert sources.content_size(packed) == sources.content_size(plain) == 90_000
+    assert sources.content_size(packed) == (90_000, True)
+    assert sources.content_size(plain) == (90_000, False)

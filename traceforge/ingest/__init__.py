@@ -32,11 +32,11 @@ from traceforge.ingest.writer import ParsedFile
 from traceforge.model import ParseResult, Reject
 from traceforge.workers import worker_count
 
-# Files are written together until a batch holds about this many rows, or this many bytes of rows
-# (a batch is held in memory until it is written).
 # A file this big (decompressed) is parsed by one process with its rows held whole, which takes
 # several times its size in memory: the user is told to split it (docs/ingest.md#big-files).
 BIG_FILE_BYTES = 1 << 30
+# Files are written together until a batch holds about this many rows, or this many bytes of rows
+# (a batch is held in memory until it is written).
 BATCH_ROWS = 50_000
 BATCH_BYTES = 256 << 20
 RAW_SAMPLE_CHARS = 65_536
@@ -83,7 +83,7 @@ class IngestReport:
 
 
 ProgressCallback = Callable[[Path, int, int], None]
-BigFileCallback = Callable[[Path, int], None]
+BigFileCallback = Callable[[Path, int, bool], None]
 
 
 def ingest_paths(
@@ -98,8 +98,8 @@ def ingest_paths(
 
     `fmt` forces an adapter by name (see `traceforge.ingest.detect.formats()`); "auto" detects it
     per file. `on_file(path, index, total)` is called as each file is taken up, for progress display;
-    `on_big_file(path, size)` before any is read, for each new or changed file of at least
-    `BIG_FILE_BYTES` decompressed (see `big_files`).
+    `on_big_file(path, size, compressed)` before any is read, for each new or changed file of at
+    least `BIG_FILE_BYTES` decompressed (see `big_files`).
     `workers` processes parse files while this one writes (`traceforge.ingest.parallel`); by default
     one per CPU when the files hold more than `parallel.PARALLEL_MIN_BYTES`, else files are parsed
     here. The store ends up the same either way.
@@ -115,8 +115,8 @@ def ingest_paths(
     replaces = {str(path) for path in files if str(path) in known}
     if on_big_file:
         stored_sizes = dict(con.execute("SELECT path, bytes FROM sources").fetchall())
-        for path, size in big_files(files, stored_sizes):
-            on_big_file(path, size)
+        for path, size, compressed in big_files(files, stored_sizes):
+            on_big_file(path, size, compressed)
     count = _worker_count(workers, files)
     if count > 1:
         outcomes = parallel.parse_in_pool(files, fmt, dict(known), count)
@@ -174,8 +174,9 @@ def ingest_paths(
     return report
 
 
-def big_files(files: list[Path], stored_sizes: dict[str, int]) -> list[tuple[Path, int]]:
-    """The files of at least `BIG_FILE_BYTES` once decompressed, with that size, but for those the
+def big_files(files: list[Path], stored_sizes: dict[str, int]) -> list[tuple[Path, int, bool]]:
+    """The files of at least `BIG_FILE_BYTES` once decompressed, with that size and whether they
+    are gzip files, but for those the
     store holds with the same size on disk (most likely unchanged: not read again). One process
     parses each file and holds its rows whole, so such a file takes several times its size in
     memory (a file of JSON Lines transcripts about 6x), however much memory the rest needs."""
@@ -184,11 +185,11 @@ def big_files(files: list[Path], stored_sizes: dict[str, int]) -> list[tuple[Pat
         try:
             if stored_sizes.get(str(path)) == path.stat().st_size:
                 continue
-            size = content_size(path)
+            size, compressed = content_size(path)
         except OSError:
             continue  # reported as unreadable when its turn comes
         if size >= BIG_FILE_BYTES:
-            found.append((path, size))
+            found.append((path, size, compressed))
     return found
 
 

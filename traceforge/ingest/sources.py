@@ -103,15 +103,16 @@ def expand_paths(paths: list[str | Path]) -> tuple[list[Path], list[str]]:
     return sorted(found.values(), key=lambda p: str(p)), problems
 
 
-def content_size(path: Path) -> int:
-    """How many bytes `path` holds once decompressed: its size, or for a gzip file the size its
-    trailer records (of the last member, modulo 4 GiB: an estimate), whichever is larger."""
+def content_size(path: Path) -> tuple[int, bool]:
+    """How many bytes `path` holds once decompressed, and whether it is a gzip file: its size, or
+    for a gzip file the size its trailer records (of the last member, modulo 4 GiB: an estimate),
+    whichever is larger."""
     size = path.stat().st_size
     with open(path, "rb") as fh:
         if size < 18 or fh.read(2) != GZIP_MAGIC:
-            return size
+            return size, False
         fh.seek(-4, os.SEEK_END)
-        return max(size, int.from_bytes(fh.read(4), "little"))
+        return max(size, int.from_bytes(fh.read(4), "little")), True
 
 
 def sha256_file(path: Path) -> str:

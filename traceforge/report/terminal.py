@@ -12,7 +12,6 @@ from rich.table import Table
 
 from traceforge.analysis.summary import cached_text
 from traceforge.ingest import IngestReport
-from traceforge.ingest.sources import GZIP_MAGIC
 
 
 def human(n: float | int | None) -> str:
@@ -49,12 +48,10 @@ def display_path(path: str) -> str:
     return relative if len(relative) <= len(path) else path
 
 
-def render_big_file(console: Console, path: Path, size: int) -> None:
+def render_big_file(console: Console, path: Path, size: int, compressed: bool) -> None:
     """What to do about a file too big to parse whole comfortably (`ingest.big_files`): split it.
     The parts give the same traces, since traces spread over files are joined."""
     shown = display_path(str(path))
-    with path.open("rb") as fh:
-        compressed = fh.read(2) == GZIP_MAGIC
     split = f"split -C 64m -d --additional-suffix=.jsonl {'- ' if compressed else ''}"
     command = f"zcat {shown} | {split}part-" if compressed else f"{split}{shown} part-"
     console.print(
