@@ -268,14 +268,16 @@ def test_a_big_file_is_named_before_it_is_read_with_how_to_split_it(tmp_path, ru
     assert notes == [
         "note: logs/anthropic_messages_gateway.jsonl.gz holds 175.4kB of data. A file is parsed by one "
         "process with its rows held whole, which can take about 6 times its size in memory. If it is "
-        "JSON Lines, split it into files of about 64 MB to bound memory and use every core (zcat "
-        "logs/anthropic_messages_gateway.jsonl.gz | split -C 64m -d --additional-suffix=.jsonl - "
-        "part-): the traces spread over the parts are joined, so the store holds the same traces.",
+        "JSON Lines, split it into files of about 64 MB and ingest those instead, to bound memory and "
+        "use every core (mkdir parts && zcat logs/anthropic_messages_gateway.jsonl.gz | split -C 64m "
+        "-d --additional-suffix=.jsonl - parts/part-): the traces spread over the parts are joined, so "
+        "the store holds the same traces.",
         "note: logs/openai_chat_gateway.jsonl holds 378.0kB of data. A file is parsed by one process "
         "with its rows held whole, which can take about 6 times its size in memory. If it is JSON "
-        "Lines, split it into files of about 64 MB to bound memory and use every core (split -C 64m "
-        "-d --additional-suffix=.jsonl logs/openai_chat_gateway.jsonl part-): the traces spread over "
-        "the parts are joined, so the store holds the same traces.",
+        "Lines, split it into files of about 64 MB and ingest those instead, to bound memory and use "
+        "every core (mkdir parts && split -C 64m -d --additional-suffix=.jsonl "
+        "logs/openai_chat_gateway.jsonl parts/part-): the traces spread over the parts are joined, so "
+        "the store holds the same traces.",
     ]
     assert "5 new" in first.stderr
     again = runner.invoke(cli, ["ingest", "logs", "--db", db])

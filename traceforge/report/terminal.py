@@ -53,12 +53,13 @@ def render_big_file(console: Console, path: Path, size: int, compressed: bool) -
     The parts give the same traces, since traces spread over files are joined."""
     shown = display_path(str(path))
     split = f"split -C 64m -d --additional-suffix=.jsonl {'- ' if compressed else ''}"
-    command = f"zcat {shown} | {split}part-" if compressed else f"{split}{shown} part-"
+    command = f"zcat {shown} | {split}parts/part-" if compressed else f"{split}{shown} parts/part-"
     console.print(
         f"[yellow]note:[/] {shown} holds {human(size)}B of data. A file is parsed by one process with "
         f"its rows held whole, which can take about 6 times its size in memory. If it is JSON Lines, "
-        f"split it into files of about 64 MB to bound memory and use every core ({command}): the "
-        "traces spread over the parts are joined, so the store holds the same traces."
+        f"split it into files of about 64 MB and ingest those instead, to bound memory and use every "
+        f"core (mkdir parts && {command}): the traces spread over the parts are joined, so the store "
+        "holds the same traces."
     )
 
 
