@@ -36,6 +36,7 @@ from traceforge.analysis.dag import (
 from traceforge.analysis.effects import DepsConfig
 from traceforge.analysis.summary import summarize
 from traceforge.export.profile import Profile, build_profile, write_profile
+from traceforge.files import replace_text
 from traceforge.pricing import PriceTable
 from traceforge.report.dag_view import schedule_json
 
@@ -89,7 +90,7 @@ def run_analysis(
         paths["summary"] = str(summary_path)
         paths["report"] = str(write_report(out / "report.html", summary, profile, drawings))
         summary["outputs"] = paths
-        _replace_text(summary_path, json.dumps(summary, indent=2, default=str) + "\n")
+        replace_text(summary_path, json.dumps(summary, indent=2, default=str) + "\n")  # last: docs/analyze.md
     except OSError as exc:
         raise OutputError(exc) from exc
     return AnalysisResult(summary=summary, profile=profile, paths=paths)
@@ -102,17 +103,6 @@ class OutputError(Exception):
     def __init__(self, error: OSError) -> None:
         super().__init__(str(error))
         self.error = error
-
-
-def _replace_text(path: Path, text: str) -> None:
-    """Write `path` in one rename, last of the outputs: what reads summary.json (a dashboard, a CI
-    job) finds the last complete run's, never part of one, nor one whose other outputs failed."""
-    staged = path.with_name(f".{path.name}.new")
-    try:
-        staged.write_text(text, encoding="utf-8")
-        staged.replace(path)
-    finally:
-        staged.unlink(missing_ok=True)
 
 
 def assemble_summary(

@@ -30,6 +30,7 @@ from datasets import Dataset, Features
 from datasets.arrow_writer import ParquetWriter
 
 from traceforge.export.card import MANIFEST, render_card
+from traceforge.files import replace_text
 
 try:
     import fcntl
@@ -212,7 +213,7 @@ class ConfigWriter:
             "move": moves,
             "manifest": manifest,
         }
-        _write_durably(self.partial / JOURNAL, json.dumps(journal), self.partial)
+        replace_text(self.partial / JOURNAL, json.dumps(journal), self.partial)
         _finish_commit(self.folder, self.partial)
         return entry["files"]
 
@@ -237,22 +238,11 @@ def _finish_commit(folder: Path, partial: Path) -> None:
     if config_dir.is_dir() and not any(config_dir.iterdir()):
         config_dir.rmdir()
     text = json.dumps(journal["manifest"], indent=2, sort_keys=True) + "\n"
-    _write_durably(folder / MANIFEST, text, partial)
-    _write_durably(folder / "README.md", render_card(folder, json.loads(text)), partial)
+    replace_text(folder / MANIFEST, text, partial)
+    replace_text(folder / "README.md", render_card(folder, json.loads(text)), partial)
     shutil.rmtree(partial)
     with contextlib.suppress(OSError):  # other configs' journals (finished next), or files of killed exports
         (folder / PARTIAL).rmdir()
-
-
-def _write_durably(path: Path, text: str, scratch: Path) -> None:
-    """Replace `path` with `text` in one step (written to `scratch` first, then renamed over it):
-    a reader, or a process that dies, sees the old text or the new, never part of it."""
-    staged = scratch / f"{path.name}.new"
-    with staged.open("w", encoding="utf-8") as out:
-        out.write(text)
-        out.flush()
-        os.fsync(out.fileno())
-    staged.replace(path)
 
 
 class _ParquetSplit:
