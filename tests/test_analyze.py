@@ -163,6 +163,29 @@ def test_a_run_that_fails_to_write_its_outputs_leaves_the_last_summary_json_whol
     assert not list(outputs.glob("*.new"))
 
 
+def test_every_output_is_replaced_whole_or_left_as_it_was(analysed, runner, tmp_path, monkeypatch):
+    """Each output is written beside itself and renamed over the last one: a run that fails half
+    way through writing replay.jsonl (a full disk) leaves the previous run's files byte for byte,
+    and nothing staged."""
+    import traceforge.export.profile
+
+    db, out, _ = analysed
+    copy, outputs = tmp_path / "store.duckdb", tmp_path / "o"
+    shutil.copytree(out, outputs)
+    shutil.copy(db, copy)
+    before = {p.name: p.read_bytes() for p in outputs.iterdir()}
+    assert set(before) == {"summary.json", "profile.json", "replay.jsonl", "report.html"}
+
+    def half_written(requests, path, block_size):
+        path.write_text('{"timestamp": 0, "input_length"')
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(traceforge.export.profile, "write_replay", half_written)
+    failed = runner.invoke(cli, ["analyze", str(SAMPLE_TRACES), "--db", str(copy), "--out", str(outputs)])
+    assert failed.exit_code == 1 and "No space left on device" in failed.output, failed.output
+    assert {p.name: p.read_bytes() for p in outputs.iterdir()} == before
+
+
 def test_an_os_error_in_the_analysis_itself_is_not_called_an_output_failure(
     analysed, runner, tmp_path, monkeypatch
 ):

@@ -1,24 +1,35 @@
 """Replacing a file whole, for the files other programs read while traceforge may be writing them
-(an export's manifest and card, its commit journal, analyze's summary.json)."""
+(an export's manifest and card, its commit journal, analyze's and profile's outputs)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 
-def replace_text(path: Path, text: str, scratch: Path | None = None) -> None:
-    """Replace `path` with `text` in one step: written to `scratch` (by default `path`'s folder) as
-    `<name>.new`, flushed to disk, then renamed over it. A reader, or a process that dies, sees the
-    old text or the new, never part of it; a write that fails (a full disk) removes what it staged
-    and leaves `path` as it was."""
+@contextlib.contextmanager
+def replacing(path: Path, scratch: Path | None = None) -> Iterator[Path]:
+    """The path to write `path`'s new content to (`<name>.new` in `scratch`, by default `path`'s
+    folder), which replaces `path` in one step, flushed to disk, when the block ends. A reader, or a
+    process that dies, sees the old content or the new, never part of it; a write that fails (a
+    full disk) removes what it staged and leaves `path` as it was."""
     staged = (scratch or path.parent) / f"{path.name}.new"
     try:
-        with staged.open("w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
+        yield staged
+        descriptor = os.open(staged, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
         staged.replace(path)
     except OSError:
         staged.unlink(missing_ok=True)
         raise
+
+
+def replace_text(path: Path, text: str, scratch: Path | None = None) -> None:
+    """Replace `path` with `text` in one step (see `replacing`)."""
+    with replacing(path, scratch) as staged:
+        staged.write_text(text, encoding="utf-8")

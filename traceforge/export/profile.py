@@ -47,6 +47,7 @@ from traceforge.analysis.prefix_cache import (
 from traceforge.analysis.timing import ALL, arrival_stats, gap_stats, percentiles
 from traceforge.analysis.workloads import assign_workloads, compute_workloads
 from traceforge.export.replay import replay_commands, write_replay
+from traceforge.files import replace_text, replacing
 from traceforge.pricing import PriceTable
 from traceforge.workers import ordered_map, worker_count
 
@@ -312,12 +313,14 @@ def _finite(value: Any) -> Any:
 
 
 def write_profile(profile: Profile, out_dir: str | Path) -> dict[str, str]:
-    """Write `profile.json` and `replay.jsonl` into `out_dir`; returns their paths."""
+    """Write `profile.json` and `replay.jsonl` into `out_dir`, each replacing the last one whole;
+    returns their paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     replay_path = out / REPLAY_FILE
     block_size = profile.document["settings"]["block_size"]
-    lines = write_replay(profile.log.requests, replay_path, block_size)
+    with replacing(replay_path) as staged:
+        lines = write_replay(profile.log.requests, staged, block_size)
     profile.document["replay"] = {
         "path": REPLAY_FILE,
         "format": "mooncake_trace",
@@ -326,5 +329,5 @@ def write_profile(profile: Profile, out_dir: str | Path) -> dict[str, str]:
         "commands": replay_commands(REPLAY_FILE, block_size=block_size),
     }
     profile_path = out / PROFILE_FILE
-    profile_path.write_text(json.dumps(profile.document, indent=2, default=str) + "\n", encoding="utf-8")
+    replace_text(profile_path, json.dumps(profile.document, indent=2, default=str) + "\n")
     return {"profile": str(profile_path), "replay": str(replay_path)}

@@ -14,6 +14,7 @@ from typing import Any
 
 from traceforge.analysis.summary import cached_text
 from traceforge.export.profile import Profile
+from traceforge.files import replace_text
 from traceforge.report.svg import PALETTE, bar_chart, dag_diagram, esc, line_chart, stacked_bar_chart
 from traceforge.report.terminal import display_path, unpriced_text
 
@@ -46,8 +47,8 @@ code { background: #f0f0f0; padding: 1px 4px; border-radius: 3px; }
 def write_report(
     path: Path, summary: dict[str, Any], profile: Profile, drawings: list[dict[str, Any]]
 ) -> Path:
-    """Write report.html for an analysis; returns its path."""
-    path.write_text(render(summary, profile, drawings), encoding="utf-8")
+    """Write report.html for an analysis, replacing the last one whole; returns its path."""
+    replace_text(path, render(summary, profile, drawings))
     return path
 
 
