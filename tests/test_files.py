@@ -31,3 +31,12 @@ def test_a_write_that_fails_leaves_the_old_text_and_nothing_staged(tmp_path, mon
         files.replace_text(target, "new", scratch)
     assert target.read_text() == "old"
     assert not list(scratch.iterdir())
+
+
+def test_an_interrupted_write_leaves_the_old_text_and_nothing_staged(tmp_path):
+    target = tmp_path / "replay.jsonl"
+    target.write_text("old\n")
+    with pytest.raises(KeyboardInterrupt), files.replacing(target) as staged:
+        staged.write_text("half")
+        raise KeyboardInterrupt
+    assert target.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["replay.jsonl"]

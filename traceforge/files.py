@@ -14,7 +14,7 @@ def replacing(path: Path, scratch: Path | None = None) -> Iterator[Path]:
     """The path to write `path`'s new content to (`<name>.new` in `scratch`, by default `path`'s
     folder), which replaces `path` in one step, flushed to disk, when the block ends. A reader, or a
     process that dies, sees the old content or the new, never part of it; a write that fails (a
-    full disk) removes what it staged and leaves `path` as it was."""
+    full disk) or is interrupted (Ctrl-C) removes what it staged and leaves `path` as it was."""
     staged = (scratch or path.parent) / f"{path.name}.new"
     try:
         yield staged
@@ -24,7 +24,7 @@ def replacing(path: Path, scratch: Path | None = None) -> Iterator[Path]:
         finally:
             os.close(descriptor)
         staged.replace(path)
-    except OSError:
+    except (OSError, KeyboardInterrupt):
         staged.unlink(missing_ok=True)
         raise
 
