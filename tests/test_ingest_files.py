@@ -298,3 +298,21 @@ def test_a_gzip_file_s_size_is_its_content_s(tmp_path):
     assert packed.stat().st_size < 1_000
     assert sources.content_size(packed) == (90_000, True)
     assert sources.content_size(plain) == (90_000, False)
+
+
+def test_analyze_names_a_big_file_too_and_quotes_its_path_for_the_shell(tmp_path, runner, monkeypatch):
+    import traceforge.ingest
+
+    logs = tmp_path / "agent logs"
+    logs.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[1] / "sample_traces" / "openai_chat_gateway.jsonl", logs)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(traceforge.ingest, "BIG_FILE_BYTES", 100_000)
+    result = runner.invoke(
+        cli, ["analyze", "agent logs", "--db", str(tmp_path / "s.duckdb"), "--out", str(tmp_path / "o")]
+    )
+    assert result.exit_code == 0, result.output
+    assert (
+        "(mkdir parts && split -C 64m -d --additional-suffix=.jsonl 'agent logs/openai_chat_gateway.jsonl' "
+        "parts/part-)" in result.stderr
+    )

@@ -213,7 +213,7 @@ class ConfigWriter:
             "move": moves,
             "manifest": manifest,
         }
-        replace_text(self.partial / JOURNAL, json.dumps(journal), self.partial)
+        replace_text(self.partial / JOURNAL, json.dumps(journal))
         _finish_commit(self.folder, self.partial)
         return entry["files"]
 

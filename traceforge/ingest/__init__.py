@@ -108,14 +108,14 @@ def ingest_paths(
     files, problems = expand_paths(paths)
     report = IngestReport(problems=problems)
     writer.adopt_relative_paths(con, files)
-    known = {path: sha for path, sha in con.execute("SELECT path, sha256 FROM sources").fetchall()}
+    stored = con.execute("SELECT path, sha256, bytes FROM sources").fetchall()
+    known = {path: sha for path, sha, _ in stored}
     by_sha = {}
     for path, sha in known.items():
         by_sha.setdefault(sha, path)
     replaces = {str(path) for path in files if str(path) in known}
     if on_big_file:
-        stored_sizes = dict(con.execute("SELECT path, bytes FROM sources").fetchall())
-        for path, size, compressed in big_files(files, stored_sizes):
+        for path, size, compressed in big_files(files, {path: size for path, _, size in stored}):
             on_big_file(path, size, compressed)
     count = _worker_count(workers, files)
     if count > 1:
@@ -176,10 +176,10 @@ def ingest_paths(
 
 def big_files(files: list[Path], stored_sizes: dict[str, int]) -> list[tuple[Path, int, bool]]:
     """The files of at least `BIG_FILE_BYTES` once decompressed, with that size and whether they
-    are gzip files, but for those the
-    store holds with the same size on disk (most likely unchanged: not read again). One process
-    parses each file and holds its rows whole, so such a file takes several times its size in
-    memory (a file of JSON Lines transcripts about 6x), however much memory the rest needs."""
+    are gzip files, but for those the store holds with the same size on disk (most likely
+    unchanged: not read again). One process parses each file and holds its rows whole, so such a
+    file takes several times its size in memory (a file of JSON Lines transcripts about 6x),
+    however much memory the rest needs."""
     found = []
     for path in files:
         try:

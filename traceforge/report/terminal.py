@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +53,9 @@ def render_big_file(console: Console, path: Path, size: int, compressed: bool) -
     """What to do about a file too big to parse whole comfortably (`ingest.big_files`): split it.
     The parts give the same traces, since traces spread over files are joined."""
     shown = display_path(str(path))
+    quoted = shlex.quote(shown)  # the command is pasted into a shell: a path with spaces stays one
     split = f"split -C 64m -d --additional-suffix=.jsonl {'- ' if compressed else ''}"
-    command = f"zcat {shown} | {split}parts/part-" if compressed else f"{split}{shown} parts/part-"
+    command = f"zcat {quoted} | {split}parts/part-" if compressed else f"{split}{quoted} parts/part-"
     console.print(
         f"[yellow]note:[/] {shown} holds {human(size)}B of data. A file is parsed by one process with "
         f"its rows held whole, which can take about 6 times its size in memory. If it is JSON Lines, "
