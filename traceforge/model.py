@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -123,6 +124,19 @@ class ParseResult:
 
     def skip(self, kind: str, n: int = 1) -> None:
         self.skipped[kind] = self.skipped.get(kind, 0) + n
+
+    def drain_into(self, result: ParseResult) -> Iterator[Trace]:
+        """This result's counts, rejects and descriptions added to `result`, then its traces handed
+        out one by one and let go of: what an adapter without a `stream` gives a file written in
+        parts (`traceforge.ingest.parts`)."""
+        result.records += self.records
+        result.rejects.extend(self.rejects)
+        for kind, n in self.skipped.items():
+            result.skip(kind, n)
+        result.described.extend(self.described)
+        self.traces.reverse()
+        while self.traces:
+            yield self.traces.pop()
 
 
 def stable_id(*parts: Any, length: int = 16) -> str:

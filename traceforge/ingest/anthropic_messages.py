@@ -10,13 +10,13 @@ added), `thinking` becomes the assistant message's reasoning, and server-side to
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from traceforge.ingest import api_log, transcript
 from traceforge.ingest.sources import Record
 from traceforge.ingest.values import as_float, as_id, as_int, as_list, as_str, json_text, text_of
-from traceforge.model import LlmCall, Message, ParseResult, ToolDef
+from traceforge.model import LlmCall, Message, ParseResult, ToolDef, Trace
 
 FORMAT = "anthropic-messages"
 PROVIDER = "anthropic"
@@ -210,3 +210,14 @@ def _uses_blocks(messages: list[Any]) -> bool:
 
 def parse(records: Iterable[Record], source_path: str) -> ParseResult:
     return api_log.parse_or_transcript(records, source_path, FORMAT)
+
+
+def streams(sample: list[Record]) -> bool:
+    """Whether `stream` can hand out a file's traces as it reads: transcripts, one conversation per
+    record, yes; a per-request log, whose conversations a later request can continue, no."""
+    return not api_log.is_log(sample)
+
+
+def stream(records: Iterable[Record], source_path: str, result: ParseResult) -> Iterator[Trace]:
+    """A file of transcripts' traces one by one (`transcript.traces`)."""
+    return transcript.traces(records, source_path, api_log.provider_module(FORMAT), result)

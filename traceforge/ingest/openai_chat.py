@@ -8,7 +8,7 @@ Handles `tool_calls` with string arguments, parallel tool calls, `role: tool` re
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from traceforge.ingest import api_log, transcript
@@ -24,7 +24,7 @@ from traceforge.ingest.values import (
     parse_arguments,
     text_of,
 )
-from traceforge.model import LlmCall, Message, ParseResult, ToolDef
+from traceforge.model import LlmCall, Message, ParseResult, ToolDef, Trace
 
 FORMAT = "openai-chat"
 PROVIDER = "openai"
@@ -211,3 +211,14 @@ def _transcript_score(messages: list[Any]) -> float:
 
 def parse(records: Iterable[Record], source_path: str) -> ParseResult:
     return api_log.parse_or_transcript(records, source_path, FORMAT)
+
+
+def streams(sample: list[Record]) -> bool:
+    """Whether `stream` can hand out a file's traces as it reads: transcripts, one conversation per
+    record, yes; a per-request log, whose conversations a later request can continue, no."""
+    return not api_log.is_log(sample)
+
+
+def stream(records: Iterable[Record], source_path: str, result: ParseResult) -> Iterator[Trace]:
+    """A file of transcripts' traces one by one (`transcript.traces`)."""
+    return transcript.traces(records, source_path, api_log.provider_module(FORMAT), result)

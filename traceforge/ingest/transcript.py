@@ -10,7 +10,7 @@ unless the message carries its own `usage` (some harnesses record it per message
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from types import ModuleType
 from typing import Any
 
@@ -82,6 +82,16 @@ def outcome_of(value: Any) -> str:
 def parse(records: Iterable[Record], source_path: str, provider: ModuleType) -> ParseResult:
     """Transcripts of one provider family (`provider` is the openai_chat or anthropic_messages module)."""
     result = ParseResult()
+    result.traces.extend(traces(records, source_path, provider, result))
+    return result
+
+
+def traces(
+    records: Iterable[Record], source_path: str, provider: ModuleType, result: ParseResult
+) -> Iterator[Trace]:
+    """`parse`'s traces one at a time, each as soon as its record is read, with the records counted
+    and rejected into `result` as they come: a big file of transcripts need not be held whole
+    (`traceforge.ingest.parts`)."""
     records = iter(records)
     leading: list[Record] = []  # records that are bare messages, up to the first that is not
     for record in records:
@@ -91,16 +101,15 @@ def parse(records: Iterable[Record], source_path: str, provider: ModuleType) -> 
     else:
         if leading:
             # One message per record: the whole file is one conversation.
-            result.records = len(leading)
-            trace = _trace(
+            result.records += len(leading)
+            yield _trace(
                 [r.value for r in leading],
                 {},
                 provider,
                 leading[0].line,
                 "conv-" + stable_id(source_path.rsplit("/", 1)[-1], leading[0].raw or leading[0].value),
             )
-            result.traces.append(trace)
-        return result
+        return
     for record in itertools.chain(leading, records):
         result.records += 1
         messages = find_messages(record.value)
@@ -120,8 +129,7 @@ def parse(records: Iterable[Record], source_path: str, provider: ModuleType) -> 
             source_id = f"{source_id}/trial-{trial}"
         if not source_id:
             source_id = "conv-" + stable_id(record.line, messages[:3])
-        result.traces.append(_trace(messages, meta, provider, record.line, source_id))
-    return result
+        yield _trace(messages, meta, provider, record.line, source_id)
 
 
 def _trace(raw_messages: list, meta: dict, provider: ModuleType, line: int, source_id: str) -> Trace:
