@@ -251,33 +251,42 @@ def test_the_terminal_shows_stored_absolute_paths_as_a_user_would_type_them(tmp_
 
 
 def test_a_big_file_is_named_before_it_is_read_with_how_to_split_it(tmp_path, runner, monkeypatch):
-    """A file is parsed by one process with its rows held whole, so a big one takes several times
-    its size in memory: ingest says so before reading it, with the command that splits it (zcat
-    first for gzip, whose decompressed size counts). Small files, and a big file the store holds
-    unchanged, are not named; the ingest goes on either way."""
+    """A big file whose traces are all held until it is read (a gateway log: a later request can
+    continue any conversation; a JSON document, read whole) takes more than its size in memory:
+    ingest says so before reading it, with the command that splits it (zcat first for gzip, whose
+    decompressed size counts). A file of transcripts, streamed a conversation at a time, small
+    files, and a big file the store holds unchanged, are not named; the ingest goes on either way."""
     import traceforge.ingest
+    from traceforge.ingest import stream
 
     logs = tmp_path / "logs"
     shutil.copytree(Path(__file__).resolve().parents[1] / "sample_traces", logs)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(traceforge.ingest, "BIG_FILE_BYTES", 100_000)
+    monkeypatch.setattr(traceforge.ingest, "BIG_FILE_BYTES", 14_000)
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 8192)  # files of more than a chunk are streamed
     db = str(tmp_path / "store.duckdb")
     first = runner.invoke(cli, ["ingest", "logs", "--db", db])
     assert first.exit_code == 0, first.output
     notes = [line for line in first.stderr.splitlines() if line.startswith("note:")]
-    assert notes == [
-        "note: logs/anthropic_messages_gateway.jsonl.gz holds 175.4kB of data. A file is parsed by one "
-        "process with its rows held whole, which can take about 6 times its size in memory. If it is "
-        "JSON Lines, split it into files of about 64 MB and ingest those instead, to bound memory and "
-        "use every core (mkdir parts && zcat logs/anthropic_messages_gateway.jsonl.gz | split -C 64m "
-        "-d --additional-suffix=.jsonl - parts/part-): the traces spread over the parts are joined, so "
-        "the store holds the same traces.",
-        "note: logs/openai_chat_gateway.jsonl holds 378.0kB of data. A file is parsed by one process "
-        "with its rows held whole, which can take about 6 times its size in memory. If it is JSON "
+    assert [note.split()[1] for note in notes] == [
+        "logs/anthropic_messages_gateway.jsonl.gz",
+        "logs/openai_chat_gateway.jsonl",
+        "logs/openai_chat_transcripts.json",
+    ]
+    assert (logs / "anthropic_messages_transcripts.jsonl").stat().st_size > 14_000  # streamed: not named
+    assert notes[:2] == [
+        "note: logs/anthropic_messages_gateway.jsonl.gz holds 175.4kB of data. Its traces are all held "
+        "in memory until the whole file is read, which can take more than its size. If it is JSON "
         "Lines, split it into files of about 64 MB and ingest those instead, to bound memory and use "
-        "every core (mkdir parts && split -C 64m -d --additional-suffix=.jsonl "
-        "logs/openai_chat_gateway.jsonl parts/part-): the traces spread over the parts are joined, so "
+        "every core (mkdir parts && zcat logs/anthropic_messages_gateway.jsonl.gz | split -C 64m -d "
+        "--additional-suffix=.jsonl - parts/part-): the traces spread over the parts are joined, so "
         "the store holds the same traces.",
+        "note: logs/openai_chat_gateway.jsonl holds 378.0kB of data. Its traces are all held in memory "
+        "until the whole file is read, which can take more than its size. If it is JSON Lines, split "
+        "it into files of about 64 MB and ingest those instead, to bound memory and use every core "
+        "(mkdir parts && split -C 64m -d --additional-suffix=.jsonl logs/openai_chat_gateway.jsonl "
+        "parts/part-): the traces spread over the parts are joined, so the store holds the same "
+        "traces.",
     ]
     assert "5 new" in first.stderr
     again = runner.invoke(cli, ["ingest", "logs", "--db", db])

@@ -21,38 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import corpus as bench_corpus  # noqa: E402
-
-TABLES = {
-    "traces": "trace_id",
-    "llm_calls": "call_id",
-    "tool_calls": "tool_call_id",
-    "messages": "trace_id, seq",
-    "tool_defs": "trace_id, name",
-    "rejects": "source_path, line, error",
-    "sources": "path",
-}
-# Columns that differ between two runs by nature (when a row was written).
-VOLATILE = {"ingested_at", "rejected_at"}
-
-
-def snapshot(db: Path) -> dict[str, list[tuple]]:
-    con = store.connect(db, read_only=True)
-    try:
-        out = {}
-        for table, order in TABLES.items():
-            columns = [
-                row[0]
-                for row in con.execute(
-                    "SELECT column_name FROM information_schema.columns WHERE table_name = ? "
-                    "ORDER BY ordinal_position",
-                    [table],
-                ).fetchall()
-                if row[0] not in VOLATILE
-            ]
-            out[table] = con.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY {order}").fetchall()
-        return out
-    finally:
-        con.close()
+from store_snapshot import snapshot  # noqa: E402
 
 
 def ingest(db: Path, paths: list[Path], workers: int):

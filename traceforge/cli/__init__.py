@@ -34,6 +34,21 @@ class TraceforgeGroup(click.Group):
                 "with a higher limit, e.g. TRACEFORGE_MEMORY_LIMIT=2GB, or fewer DuckDB threads "
                 "(TRACEFORGE_THREADS=1)."
             ) from exc
+        except (KeyboardInterrupt, duckdb.InterruptException) as exc:
+            raise _interrupted() from exc
+        except RuntimeError as exc:  # a Ctrl-C while DuckDB reads a frame from Python
+            if str(exc) != "Query interrupted":
+                raise
+            raise _interrupted() from exc
+
+
+def _interrupted() -> click.exceptions.Exit:
+    click.echo(
+        "Interrupted. What finished before it is kept (files ingested, datasets exported); run the "
+        "command again to do the rest: a file stopped half way is read again.",
+        err=True,
+    )
+    return click.exceptions.Exit(130)
 
 
 @click.group(cls=TraceforgeGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -64,9 +79,6 @@ def cli() -> None:
 def main() -> None:
     try:
         cli.main(prog_name="traceforge", standalone_mode=True)
-    except KeyboardInterrupt:
-        click.echo("Interrupted; files finished before the interrupt are in the store.", err=True)
-        sys.exit(130)
     except Exception as exc:  # a bug, not bad input: say so briefly, with a way to see more
         if os.environ.get("TRACEFORGE_DEBUG"):
             raise

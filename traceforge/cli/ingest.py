@@ -51,6 +51,7 @@ def ingest(paths, db, fmt, strict, as_json, verbose):
                 {
                     "files": [asdict(f) for f in report.files],
                     "problems": report.problems,
+                    "unfinished": report.unfinished,
                     "joined": report.joined,
                     "left_apart": report.left_apart,
                     "after_joins": report.after_joins,

@@ -8,14 +8,15 @@
 42
 
 Each file is read once, its format detected from its content, parsed by its adapter, and written in
-a transaction together with other whole files. A file whose bytes were ingested before (at this path
-or another) is not read again; a file whose bytes changed replaces what it gave before.
+a transaction together with other whole files (a big file in parts of its own: `ingest.parts`). A
+file whose bytes were ingested before (at this path or another) is not read again; a file whose
+bytes changed replaces what it gave before.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -23,17 +24,18 @@ from types import ModuleType
 import duckdb
 
 from traceforge import store
-from traceforge.ingest import detect, parallel, writer
+from traceforge.ingest import detect, parallel, parts, writer
 from traceforge.ingest.joins import JoinReport, holdings, join_split_traces
 from traceforge.ingest.log_joins import join_log_conversations
-from traceforge.ingest.sources import SourceError, content_size, expand_paths, sha256_file
-from traceforge.ingest.stream import ContentError, open_records
+from traceforge.ingest.sources import Record, SourceError, content_size, expand_paths, sha256_file
+from traceforge.ingest.stream import ContentError, open_records, starts_as_json_lines
 from traceforge.ingest.writer import ParsedFile
 from traceforge.model import ParseResult, Reject
 from traceforge.workers import worker_count
 
-# A file this big (decompressed) is parsed by one process with its rows held whole, which takes
-# several times its size in memory: the user is told to split it (docs/ingest.md#big-files).
+# A file this big (decompressed) whose traces are held until it is all read (every format but
+# streamed transcripts) takes more than its size in memory: the user is told to split it
+# (docs/ingest.md#big-files).
 BIG_FILE_BYTES = 1 << 30
 # Files are written together until a batch holds about this many rows, or this many bytes of rows
 # (a batch is held in memory until it is written).
@@ -62,6 +64,9 @@ class IngestReport:
     problems: list[str] = field(default_factory=list)  # arguments that matched nothing
     joined: list[str] = field(default_factory=list)  # source trace ids joined from several files
     left_apart: dict[str, str] = field(default_factory=dict)  # such an id -> why its parts were not
+    # files an earlier run stopped writing in parts (`ingest.parts`), not among this run's files:
+    # the store holds part of each
+    unfinished: list[str] = field(default_factory=list)
     # After joins, what the store holds of the files written: the files' own counts above are
     # what each gave alone (the part of a conversation in a later file re-sends the earlier turns).
     after_joins: dict[str, int] | None = None
@@ -106,22 +111,26 @@ def ingest_paths(
     """
     adapter = _resolve_adapter(fmt)
     files, problems = expand_paths(paths)
-    report = IngestReport(problems=problems)
     writer.adopt_relative_paths(con, files)
-    stored = con.execute("SELECT path, sha256, bytes FROM sources").fetchall()
-    known = {path: sha for path, sha, _ in stored}
+    stored = con.execute("SELECT path, sha256, bytes, error FROM sources").fetchall()
+    # a file a run stopped writing in parts is read again, as new, its parts replaced
+    interrupted = {path for path, _, _, error in stored if error == parts.INTERRUPTED}
+    known = {path: sha for path, sha, _, _ in stored if path not in interrupted}
     by_sha = {}
     for path, sha in known.items():
         by_sha.setdefault(sha, path)
-    replaces = {str(path) for path in files if str(path) in known}
+    replaces = {str(path) for path in files if str(path) in known or str(path) in interrupted}
+    sizes = {path: size for path, _, size, _ in stored if path not in interrupted}
+    report = IngestReport(problems=problems, unfinished=sorted(interrupted - {str(path) for path in files}))
+    in_parts = _files_in_parts(files, sizes)
     if on_big_file:
-        for path, size, compressed in big_files(files, {path: size for path, _, size in stored}):
+        for path, size, compressed in big_files(files, sizes, adapter):
             on_big_file(path, size, compressed)
     count = _worker_count(workers, files)
     if count > 1:
-        outcomes = parallel.parse_in_pool(files, fmt, dict(known), count)
+        outcomes = parallel.parse_in_pool(files, fmt, dict(known), count, in_parts)
     else:
-        outcomes = (_outcome_here(path, known, by_sha, adapter) for path in files)
+        outcomes = (_outcome_here(path, known, by_sha, adapter, in_parts) for path in files)
     batch: list[parallel.Prepared | ParsedFile] = []
     batch_reports: list[FileReport] = []
     batch_rows = batch_bytes = 0
@@ -142,6 +151,17 @@ def ingest_paths(
             item = ParsedFile(key, sha, _size(path), None, duplicate_of=by_sha[sha], replaces=key in known)
             file_report = FileReport(key, "duplicate", message=f"same content as {by_sha[sha]}")
             rows = size = 0
+        elif outcome.status == "in parts":
+            if batch:
+                report.add_joins(parallel.write_batch(con, batch, replaces))
+                report.files.extend(batch_reports)
+                batch, batch_reports, batch_rows, batch_bytes = [], [], 0, 0
+            file_report, joins = _ingest_in_parts(con, path, sha, adapter, key in replaces, key in known)
+            report.add_joins(joins)
+            report.files.append(file_report)
+            by_sha.setdefault(sha, key)
+            known[key] = sha
+            continue
         elif outcome.prepared is not None:
             item = outcome.prepared
             file_report = item.report
@@ -174,12 +194,15 @@ def ingest_paths(
     return report
 
 
-def big_files(files: list[Path], stored_sizes: dict[str, int]) -> list[tuple[Path, int, bool]]:
-    """The files of at least `BIG_FILE_BYTES` once decompressed, with that size and whether they
-    are gzip files, but for those the store holds with the same size on disk (most likely
-    unchanged: not read again). One process parses each file and holds its rows whole, so such a
-    file takes several times its size in memory (a file of JSON Lines transcripts about 6x),
-    however much memory the rest needs."""
+def big_files(
+    files: list[Path], stored_sizes: dict[str, int], adapter: ModuleType | None = None
+) -> list[tuple[Path, int, bool]]:
+    """The files of at least `BIG_FILE_BYTES` once decompressed whose traces are held whole while
+    they are parsed, with that size and whether they are gzip files, but for those the store holds
+    with the same size on disk (most likely unchanged: not read again). A big file is written in
+    parts (`traceforge.ingest.parts`), but only an adapter that `streams` it hands out its traces as
+    it reads; for the others (gateway logs, spans) the file's traces are all in memory at once
+    (`adapter`: the format forced, else detected from the file's first records)."""
     found = []
     for path in files:
         try:
@@ -188,8 +211,35 @@ def big_files(files: list[Path], stored_sizes: dict[str, int]) -> list[tuple[Pat
             size, compressed = content_size(path)
         except OSError:
             continue  # reported as unreadable when its turn comes
-        if size >= BIG_FILE_BYTES:
+        if size >= BIG_FILE_BYTES and not _streams(path, adapter):
             found.append((path, size, compressed))
+    return found
+
+
+def _streams(path: Path, adapter: ModuleType | None) -> bool:
+    """Whether `path`'s records are read in chunks and its adapter hands out its traces as it reads
+    them (decided from its first records; a file that is not JSON Lines is not opened whole to
+    say so)."""
+    if not starts_as_json_lines(path):
+        return False
+    opened = _open_file(path, "", adapter)
+    streams = getattr(opened.adapter, "streams", None)
+    return opened.streamed and streams is not None and streams(opened.sample)
+
+
+def _files_in_parts(files: list[Path], stored_sizes: dict[str, int]) -> set[str]:
+    """The files of at least `parts.PARTS_MIN_BYTES` once decompressed, but for those most likely
+    unchanged (`big_files`): written in parts by this process (`traceforge.ingest.parts`)."""
+    found = set()
+    for path in files:
+        try:
+            if (
+                stored_sizes.get(str(path)) != path.stat().st_size
+                and content_size(path)[0] >= parts.PARTS_MIN_BYTES
+            ):
+                found.add(str(path))
+        except OSError:
+            continue  # reported as unreadable when its turn comes
     return found
 
 
@@ -203,9 +253,10 @@ def _worker_count(workers: int | None, files: list[Path]) -> int:
 
 
 def _outcome_here(
-    path: Path, known: dict[str, str], by_sha: dict[str, str], adapter: ModuleType | None
+    path: Path, known: dict[str, str], by_sha: dict[str, str], adapter: ModuleType | None, in_parts: set[str]
 ) -> parallel.Outcome:
-    """A file's outcome in this process: parsed unless unchanged or a duplicate."""
+    """A file's outcome in this process: parsed unless unchanged, a duplicate, or to be written in
+    parts."""
     key = str(path)
     try:
         sha = sha256_file(path)
@@ -213,6 +264,8 @@ def _outcome_here(
         return parallel.Outcome(key, None, "unreadable", message=f"cannot read the file: {exc}")
     if known.get(key) == sha or (sha in by_sha and by_sha[sha] != key):
         return parallel.Outcome(key, sha, "skipped")
+    if key in in_parts:
+        return parallel.Outcome(key, sha, "in parts")
     parsed = _parse_file(path, sha, adapter)
     parsed.replaces = key in known
     return parallel.Outcome(key, sha, "parsed", parsed=parsed)
@@ -224,8 +277,22 @@ def _row_estimate(result: ParseResult) -> int:
     )
 
 
-def _parse_file(path: Path, sha: str, adapter: ModuleType | None) -> ParsedFile:
-    """Read and parse one file; big JSON Lines files are streamed (`traceforge.ingest.stream`)."""
+@dataclass
+class _Opened:
+    """A file opened for parsing: its adapter and records, or (`records` None) why it cannot be
+    parsed, in `parsed`."""
+
+    parsed: ParsedFile
+    adapter: ModuleType | None = None
+    sample: list[Record] = field(default_factory=list)  # the first records, which chose the adapter
+    records: Iterator[Record] | None = None  # every record, the sample's included
+    rejects: list[Reject] = field(default_factory=list)  # lines that are not JSON, added as read
+    streamed: bool = False  # the records are read in chunks, not held whole (`stream.open_records`)
+
+
+def _open_file(path: Path, sha: str, adapter: ModuleType | None) -> _Opened:
+    """Open a file and choose its adapter (`adapter`, or the one its first records detect); big
+    JSON Lines files are streamed (`traceforge.ingest.stream`)."""
     key = str(path)
     rejects: list[Reject] = []
     try:
@@ -234,7 +301,7 @@ def _parse_file(path: Path, sha: str, adapter: ModuleType | None) -> ParsedFile:
         parsed = ParsedFile(key, sha, _size(path), None, error=str(exc))
         if isinstance(exc, ContentError):
             parsed.raw_sample = _sample(exc.head)
-        return parsed
+        return _Opened(parsed)
     parsed = ParsedFile(key, sha, opened.size, None)
     try:
         sample = list(itertools.islice(opened.records, detect.SAMPLE_SIZE))
@@ -252,15 +319,66 @@ def _parse_file(path: Path, sha: str, adapter: ModuleType | None) -> ParsedFile:
                 )
                 parsed.raw_sample = _sample(opened.head)
             parsed.result = ParseResult(rejects=rejects, records=count + len(rejects))
-            return parsed
-        parsed.format = chosen.FORMAT
-        result = chosen.parse(itertools.chain(sample, opened.records), key)
+            return _Opened(parsed)
     except SourceError as exc:  # a streamed file whose gzip data breaks off after its start
-        return ParsedFile(key, sha, opened.size, None, error=str(exc))
-    result.rejects[:0] = rejects
-    result.records += len(rejects)
+        return _Opened(ParsedFile(key, sha, opened.size, None, error=str(exc)))
+    parsed.format = chosen.FORMAT
+    records = itertools.chain(sample, opened.records)
+    return _Opened(parsed, chosen, sample, records, rejects, opened.streamed)
+
+
+def _parse_file(path: Path, sha: str, adapter: ModuleType | None) -> ParsedFile:
+    """Read and parse one file whole."""
+    opened = _open_file(path, sha, adapter)
+    parsed = opened.parsed
+    if opened.records is None:
+        return parsed
+    try:
+        result = opened.adapter.parse(opened.records, parsed.path)
+    except SourceError as exc:  # a streamed file whose gzip data breaks off after its start
+        return ParsedFile(parsed.path, sha, parsed.size, None, error=str(exc))
+    result.rejects[:0] = opened.rejects
+    result.records += len(opened.rejects)
     parsed.result = result
     return parsed
+
+
+def _ingest_in_parts(
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    sha: str,
+    adapter: ModuleType | None,
+    replaces: bool,
+    changed: bool,
+) -> tuple[FileReport, JoinReport]:
+    """Parse a big file here and write it in parts as its traces come (`traceforge.ingest.parts`).
+    `replaces`: the store holds rows of the file (`changed`: a version of it with other content; else
+    the parts of a run that stopped in it)."""
+    opened = _open_file(path, sha, adapter)
+    parsed = opened.parsed
+    parsed.replaces = changed
+    if opened.records is None:
+        return _file_report(parsed), parallel.write_batch(con, [parsed], {parsed.path} if replaces else set())
+    chosen = opened.adapter
+    if getattr(chosen, "streams", None) and chosen.streams(opened.sample):
+        traces = chosen.stream(opened.records, parsed.path, parsed.result)
+    else:
+        traces = chosen.parse(opened.records, parsed.path).drain_into(parsed.result)
+    parsed, written, joins = parts.write_in_parts(con, parsed, traces, opened.rejects, replaces)
+    if parsed.error:
+        return _file_report(parsed), joins
+    report = FileReport(
+        path=parsed.path,
+        status="changed" if changed else "new",
+        format=parsed.format,
+        records=parsed.result.records,
+        traces=written.traces,
+        llm_calls=written.llm_calls,
+        tool_calls=written.tool_calls,
+        rejected=written.rejected,
+        skipped=dict(parsed.result.skipped),
+    )
+    return report, joins
 
 
 def _size(path: Path) -> int:

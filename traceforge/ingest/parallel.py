@@ -43,7 +43,7 @@ class Outcome:
 
     path: str
     sha256: str | None  # None: the file could not be read
-    status: str  # unchanged | duplicate | skipped | parsed | unreadable
+    status: str  # unchanged | duplicate | skipped | parsed | unreadable | in parts
     message: str | None = None
     prepared: Prepared | None = None  # parsed in a worker: rows ready to insert
     parsed: writer.ParsedFile | None = None  # parsed in this process: written through `writer`
@@ -68,9 +68,11 @@ class Prepared:
         return sum(frame.estimated_size() for frame in self.frames.values())
 
 
-def prepare_file(path_text: str, fmt: str, known: dict[str, str], shas: set[str]) -> Outcome:
+def prepare_file(
+    path_text: str, fmt: str, known: dict[str, str], shas: set[str], in_parts: set[str] = frozenset()
+) -> Outcome:
     """Hash and parse one file into rows, as a worker does (`known`: path -> sha256 in the store,
-    `shas`: its values)."""
+    `shas`: its values; `in_parts`: the files the main process parses, to write them in parts)."""
     from traceforge.ingest import _file_report, _parse_file, _resolve_adapter
 
     path = Path(path_text)
@@ -82,6 +84,8 @@ def prepare_file(path_text: str, fmt: str, known: dict[str, str], shas: set[str]
         return Outcome(path_text, sha, "unchanged")
     if sha in shas:
         return Outcome(path_text, sha, "duplicate")
+    if path_text in in_parts:
+        return Outcome(path_text, sha, "in parts")
     parsed = _parse_file(path, sha, _resolve_adapter(fmt))
     parsed.replaces = path_text in known
     report = _file_report(parsed)
@@ -94,13 +98,16 @@ def prepare_file(path_text: str, fmt: str, known: dict[str, str], shas: set[str]
     return Outcome(path_text, sha, "parsed", prepared=Prepared(path_text, sha, report, names, frames))
 
 
-def _prepare(fmt: str, known: dict[str, str], shas: set[str], path_text: str) -> Outcome:
-    return prepare_file(path_text, fmt, known, shas)
+def _prepare(fmt: str, known: dict[str, str], shas: set[str], in_parts: set[str], path_text: str) -> Outcome:
+    return prepare_file(path_text, fmt, known, shas, in_parts)
 
 
-def parse_in_pool(files: list[Path], fmt: str, known: dict[str, str], workers: int) -> Iterator[Outcome]:
-    """Outcomes of `files`, in their order, parsed by `workers` processes."""
-    shared = (fmt, known, set(known.values()))
+def parse_in_pool(
+    files: list[Path], fmt: str, known: dict[str, str], workers: int, in_parts: set[str]
+) -> Iterator[Outcome]:
+    """Outcomes of `files`, in their order, parsed by `workers` processes, but for the files
+    `in_parts` (only hashed: this process writes them in parts, `traceforge.ingest.parts`)."""
+    shared = (fmt, known, set(known.values()), in_parts)
     paths = [str(path) for path in files]
     return ordered_map("traceforge.ingest.parallel:_prepare", paths, workers, shared)
 

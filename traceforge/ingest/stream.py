@@ -105,6 +105,19 @@ def open_records(
     return OpenedFile(records, size, first[:SAMPLE_CHARS], streamed=True)
 
 
+def starts_as_json_lines(path: Path) -> bool:
+    """Whether `path`'s content opens as JSON Lines (`_starts_with_json_line`, on its first chunk):
+    what `open_records` streams when it is more than a chunk. Reads only that chunk."""
+    try:
+        with open(path, "rb") as handle:
+            compressed = handle.read(2) == GZIP_MAGIC
+            handle.seek(0)
+            stream: BinaryIO = gzip.GzipFile(fileobj=handle) if compressed else handle
+            return _starts_with_json_line(_read_chunk(stream))
+    except (OSError, SourceError):
+        return False
+
+
 def _gzip_error(exc: BaseException) -> SourceError:
     return SourceError(
         f"corrupt or truncated gzip data ({exc}); re-copy the file or gunzip it to see what is recoverable"

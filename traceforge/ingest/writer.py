@@ -454,20 +454,21 @@ def renamed(
     return out
 
 
-def counts(parsed: ParsedFile) -> tuple[int, int, int, int]:
+def counts(parsed: ParsedFile, rejected: int | None = None) -> tuple[int, int, int, int]:
     """A file's (records, ingested, rejected, skipped), as its `sources` row gives them; records =
     ingested + rejected + skipped. A file that fails as a whole (unreadable, not a known format)
     counts as one rejected record beside the lines rejected on their own: none of it is ingested.
+    `rejected` counts the lines rejected where `parsed` no longer holds them (a file written in
+    parts: `ingest.parts`).
 
     >>> counts(ParsedFile("a.jsonl", "", 0, "x", ParseResult(records=5, rejects=[Reject(2, "bad")])))
     (5, 4, 1, 0)
     """
     result = parsed.result
+    rejected = len(result.rejects) if rejected is None else rejected
     if parsed.error:
-        rejected = len(result.rejects) + 1
-        return rejected, 0, rejected, 0
+        return rejected + 1, 0, rejected + 1, 0
     skipped = sum(result.skipped.values())
-    rejected = len(result.rejects)
     return result.records, max(result.records - rejected - skipped, 0), rejected, skipped
 
 
@@ -476,6 +477,37 @@ def rows_of(parsed: ParsedFile, ids: _Ids, file_no: int = 0) -> dict[str, pl.Dat
     rows = Rows()
     _add_file(rows, parsed, ids, file_no)
     return {table: rows.frame(table) for table in SCHEMAS if rows.count(table)}
+
+
+def part_rows(
+    con: duckdb.DuckDBPyConnection,
+    path: str,
+    sha256: str,
+    traces: list[Trace],
+    rejects: list[Reject],
+    file_ids: dict[str, str],
+) -> dict[str, pl.DataFrame]:
+    """The rows of one part of a file written in parts (`ingest.parts`): its traces, named against
+    the store, which holds the file's earlier parts (so a trace is named as it would be in the whole
+    file), and its rejected lines. `file_ids` maps the source ids of the file's traces so far to
+    their ids, for the parents of later ones; it is updated with this part's."""
+    names = FileNames(sha256, [trace_names(t, whole=not sha256) for t in traces])
+    ids = _assign_ids(con, [names])
+    keys = [(0, k) for k in range(len(traces))]
+    file_ids.update((t.source_id, ids.trace[key]) for key, t in zip(keys, traces, strict=True))
+    rows = Rows()
+    for key, trace in zip(keys, traces, strict=True):
+        _add_trace(rows, path, trace, key, ids, file_ids)
+    _add_rejects(rows, path, rejects, datetime.now(UTC))
+    return {table: rows.frame(table) for table in SCHEMAS if rows.count(table)}
+
+
+def source_row(parsed: ParsedFile, traces: int, rejected: int) -> pl.DataFrame:
+    """The `sources` row of a file written in parts, its traces and rejected lines counted as they
+    were written (`parsed.result` holds its counts, not its traces)."""
+    rows = Rows()
+    _add_source(rows, parsed, datetime.now(UTC), traces, rejected)
+    return rows.frame("sources")
 
 
 def _add_file(rows: Rows, parsed: ParsedFile, ids: _Ids, file_no: int = 0) -> None:
@@ -489,16 +521,25 @@ def _add_file(rows: Rows, parsed: ParsedFile, ids: _Ids, file_no: int = 0) -> No
     rejects = list(result.rejects)
     if parsed.error:
         rejects.append(Reject(None, parsed.error, parsed.raw_sample))
+    _add_rejects(rows, parsed.path, rejects, now)
+    _add_source(rows, parsed, now, len(result.traces), len(result.rejects))
+
+
+def _add_rejects(rows: Rows, path: str, rejects: list[Reject], now: datetime) -> None:
     for reject in rejects:
         rows.add(
             "rejects",
-            source_path=parsed.path,
+            source_path=path,
             line=reject.line,
             error=reject.error,
             raw=clean_text(reject.raw),
             rejected_at=now,
         )
-    records, ingested, rejected, skipped = counts(parsed)
+
+
+def _add_source(rows: Rows, parsed: ParsedFile, now: datetime, traces: int, rejected: int) -> None:
+    result = parsed.result
+    records, ingested, rejected, skipped = counts(parsed, rejected)
     rows.add(
         "sources",
         path=parsed.path,
@@ -510,7 +551,7 @@ def _add_file(rows: Rows, parsed: ParsedFile, ids: _Ids, file_no: int = 0) -> No
         rejected=rejected,
         skipped=skipped,
         skipped_by_kind=json.dumps(result.skipped, sort_keys=True),
-        traces=len(result.traces),
+        traces=traces,
         duplicate_of=parsed.duplicate_of,
         error=parsed.error,
         ingested_at=now,

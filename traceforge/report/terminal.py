@@ -50,18 +50,18 @@ def display_path(path: str) -> str:
 
 
 def render_big_file(console: Console, path: Path, size: int, compressed: bool) -> None:
-    """What to do about a file too big to parse whole comfortably (`ingest.big_files`): split it.
-    The parts give the same traces, since traces spread over files are joined."""
+    """What to do about a big file whose traces are held until it is all read (`ingest.big_files`):
+    split it. The parts give the same traces, since traces spread over files are joined."""
     shown = display_path(str(path))
     quoted = shlex.quote(shown)  # the command is pasted into a shell: a path with spaces stays one
     split = f"split -C 64m -d --additional-suffix=.jsonl {'- ' if compressed else ''}"
     command = f"zcat {quoted} | {split}parts/part-" if compressed else f"{split}{quoted} parts/part-"
     console.print(
-        f"[yellow]note:[/] {shown} holds {human(size)}B of data. A file is parsed by one process with "
-        f"its rows held whole, which can take about 6 times its size in memory. If it is JSON Lines, "
-        f"split it into files of about 64 MB and ingest those instead, to bound memory and use every "
-        f"core (mkdir parts && {command}): the traces spread over the parts are joined, so the store "
-        "holds the same traces."
+        f"[yellow]note:[/] {shown} holds {human(size)}B of data. Its traces are all held in memory "
+        f"until the whole file is read, which can take more than its size. If it is JSON Lines, split "
+        f"it into files of about 64 MB and ingest those instead, to bound memory and use every core "
+        f"(mkdir parts && {command}): the traces spread over the parts are joined, so the store holds "
+        "the same traces."
     )
 
 
@@ -69,6 +69,11 @@ def render_ingest(console: Console, report: IngestReport, verbose: bool = False)
     totals = report.totals()
     for problem in report.problems:
         console.print(f"[red]error:[/] {problem}")
+    for path in report.unfinished:
+        console.print(
+            f"[yellow]warning:[/] {display_path(path)}: an earlier run stopped while writing this file, "
+            "and the store holds only part of it; ingest it again to finish it"
+        )
     for file in report.files:
         if file.status == "failed":
             console.print(f"[red]error:[/] {display_path(file.path)}: {file.message}")

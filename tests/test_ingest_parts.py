@@ -1,0 +1,222 @@
+"""Big files are written in parts: the store they give is the store whole files give, a run that
+stops in one leaves it marked and the next run finishes it, and transcripts are handed out as their
+records are read, so such a file is never held whole."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from traceforge import store
+from traceforge.cli import cli
+from traceforge.ingest import ingest_paths, openai_chat, parts, stream, writer
+from traceforge.ingest.sources import Record
+from traceforge.model import ParseResult
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import corpus as bench_corpus  # noqa: E402
+from store_snapshot import snapshot  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory) -> Path:
+    """Every generated format (gateway logs whose conversations cross files, transcripts, OTel
+    spans), the sample traces (gzip, a JSON document), and the recorded fixtures of every adapter
+    (Claude Code sessions with sub-agents, Langfuse and LangSmith exports, bad lines)."""
+    folder = tmp_path_factory.mktemp("parts") / "logs"
+    bench_corpus.generate(folder / "corpus", tool_calls=800, file_mb=0.25)
+    shutil.copytree(REPO / "sample_traces", folder / "samples")
+    shutil.copytree(REPO / "tests" / "fixtures", folder / "fixtures")
+    return folder
+
+
+def ingest(db: Path, paths: list[Path], workers: int = 1):
+    con = store.connect(db)
+    try:
+        return ingest_paths(con, paths, workers=workers)
+    finally:
+        con.close()
+
+
+def in_parts(monkeypatch, min_bytes: int = 1, rows: int = 60) -> None:
+    monkeypatch.setattr(parts, "PARTS_MIN_BYTES", min_bytes)
+    monkeypatch.setattr(parts, "PART_ROWS", rows)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_files_written_in_parts_give_the_store_whole_files_give(logs, tmp_path, monkeypatch, workers):
+    whole = ingest(tmp_path / "whole.duckdb", [logs])
+    sizes = sorted(path.stat().st_size for path in logs.rglob("*") if path.is_file())
+    in_parts(monkeypatch, min_bytes=sizes[len(sizes) // 2], rows=20)  # half the files, the others whole
+    written = []
+    real_part_rows = writer.part_rows
+    monkeypatch.setattr(
+        writer, "part_rows", lambda con, path, *rest: written.append(path) or real_part_rows(con, path, *rest)
+    )
+    split = ingest(tmp_path / "parts.duckdb", [logs], workers=workers)
+    assert len(written) > 3 * len(set(written)) > 30  # files in several parts each
+    assert [(f.path, f.status) for f in split.files] == [(f.path, f.status) for f in whole.files]
+    assert split.totals() == whole.totals()
+    assert split.joined == whole.joined
+    assert snapshot(tmp_path / "parts.duckdb") == snapshot(tmp_path / "whole.duckdb")
+
+
+def test_a_changed_file_written_in_parts_replaces_what_it_gave(logs, tmp_path, monkeypatch):
+    work = tmp_path / "logs"
+    shutil.copytree(logs / "corpus", work)
+    gateway = sorted(work.glob("openai-log-*.jsonl"))[0]
+    for name in ("whole", "parts"):
+        ingest(tmp_path / f"{name}.duckdb", [work])
+    gateway.write_text("\n".join(gateway.read_text().splitlines()[:-3]) + "\n")
+    ingest(tmp_path / "whole.duckdb", [work])
+    in_parts(monkeypatch)
+    report = ingest(tmp_path / "parts.duckdb", [work])
+    assert {Path(f.path).name: f.status for f in report.files if f.status != "unchanged"} == {
+        gateway.name: "changed"
+    }
+    assert snapshot(tmp_path / "parts.duckdb") == snapshot(tmp_path / "whole.duckdb")
+
+
+@pytest.mark.parametrize("before", ["nothing", "another version"])
+def test_a_run_stopped_in_a_file_leaves_it_marked_and_the_next_run_finishes_it(
+    logs, tmp_path, monkeypatch, runner, before
+):
+    work = tmp_path / "logs"
+    shutil.copytree(logs / "corpus", work)
+    transcripts = max(work.glob("transcripts-*.jsonl"), key=lambda path: path.stat().st_size)
+    db = tmp_path / "parts.duckdb"
+    if before == "another version":
+        original = transcripts.read_text()
+        transcripts.write_text("\n".join(original.splitlines()[:2]) + "\n")
+        ingest(db, [work])
+        transcripts.write_text(original)
+    ingest(tmp_path / "whole.duckdb", [work])
+    in_parts(monkeypatch, rows=40)
+    real_part_rows = writer.part_rows
+    calls = []
+
+    def stopped_at_third(*args):
+        calls.append(args[1])
+        if calls.count(str(transcripts)) == 3:
+            raise KeyboardInterrupt  # Ctrl-C
+        return real_part_rows(*args)
+
+    monkeypatch.setattr(writer, "part_rows", stopped_at_third)
+    result = runner.invoke(cli, ["ingest", str(work), "--db", str(db)])
+    assert result.exit_code == 130 and "Interrupted. What finished before it is kept" in result.stderr
+    con = store.connect(db, read_only=True)
+    marked = con.execute("SELECT path, error, traces FROM sources WHERE error IS NOT NULL").fetchall()
+    held = con.execute("SELECT count(*) FROM traces WHERE source_path = ?", [str(transcripts)]).fetchone()[0]
+    con.close()
+    assert marked == [(str(transcripts), parts.INTERRUPTED, 0)]
+    assert 0 < held < len(transcripts.read_text().splitlines())  # two parts of it were written
+
+    monkeypatch.setattr(writer, "part_rows", real_part_rows)
+    other = sorted(work.glob("openai-log-*.jsonl"))[0]  # ingested before the stop: unchanged
+    result = runner.invoke(cli, ["ingest", str(other), "--db", str(db), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["unfinished"] == [str(transcripts)]
+    result = runner.invoke(cli, ["ingest", str(other), "--db", str(db)])
+    assert f"warning: {transcripts}: an earlier run stopped while writing this file" in result.stderr
+    result = runner.invoke(cli, ["ingest", str(work), "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    assert f"new {transcripts}" in result.stderr or f"new {transcripts.name}" in result.stderr
+    assert snapshot(db) == snapshot(tmp_path / "whole.duckdb")
+
+
+def test_transcripts_are_handed_out_as_their_records_are_read():
+    lines = [
+        json.dumps(
+            {
+                "id": f"c{n}",
+                "messages": [{"role": "user", "content": f"q{n}"}, {"role": "assistant", "content": "a"}],
+            }
+        )
+        for n in range(100)
+    ]
+    read = []
+
+    def records():
+        for number, line in enumerate(lines, start=1):
+            read.append(number)
+            yield Record(number, json.loads(line), line)
+
+    sample = [Record(n, json.loads(line), line) for n, line in enumerate(lines[:50], start=1)]
+    assert openai_chat.streams(sample)
+    result = ParseResult()
+    traces = openai_chat.stream(records(), "t.jsonl", result)
+    first = next(traces)
+    assert first.source_id == "c0" and len(read) <= 2
+    assert [t.source_id for t in traces] == [f"c{n}" for n in range(1, 100)]
+    assert result.records == 100 and not result.rejects
+
+
+def test_a_gateway_log_is_not_streamed():
+    """A later request can continue any conversation of a log: its traces come only at its end."""
+    gateway = (REPO / "sample_traces" / "openai_chat_gateway.jsonl").read_text().splitlines()
+    sample = [Record(n, json.loads(line), line) for n, line in enumerate(gateway[:50], start=1)]
+    assert not openai_chat.streams(sample)
+
+
+def test_gzip_data_that_breaks_off_in_a_file_written_in_parts_fails_it_whole(tmp_path, monkeypatch):
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 4096)
+    in_parts(monkeypatch, rows=10)
+    lines = [
+        json.dumps(
+            {
+                "id": f"c{n}",
+                "messages": [{"role": "user", "content": "q" * 50}, {"role": "assistant", "content": "a"}],
+            }
+        )
+        for n in range(3000)
+    ]
+    data = gzip.compress("\n".join(lines).encode())
+    path = tmp_path / "cut.jsonl.gz"
+    path.write_bytes(data[: len(data) // 2])
+    report = ingest(tmp_path / "s.duckdb", [path])
+    assert [(f.status, f.traces) for f in report.files] == [("failed", 0)]
+    assert "corrupt or truncated gzip" in report.files[0].message
+    con = store.connect(tmp_path / "s.duckdb", read_only=True)
+    assert con.execute("SELECT count(*) FROM traces").fetchone() == (0,)
+    assert con.execute("SELECT error LIKE 'corrupt%', records, ingested FROM sources").fetchall() == [
+        (True, 1, 0)
+    ]
+    con.close()
+
+
+@pytest.mark.parametrize(
+    "interruption",
+    [
+        KeyboardInterrupt(),
+        duckdb.InterruptException("INTERRUPT Error: Interrupted!"),
+        RuntimeError("Query interrupted"),
+    ],
+)
+def test_ctrl_c_wherever_it_lands_says_what_was_kept_and_exits_130(
+    tmp_path, runner, monkeypatch, interruption
+):
+    """A Ctrl-C lands in Python, in a DuckDB query, or in DuckDB reading a frame from Python (a
+    RuntimeError): each is an interruption, not a bug; any other RuntimeError still is one."""
+    import traceforge.cli.ingest
+
+    raised = [interruption]
+
+    def ingest_paths(*args, **kwargs):
+        raise raised[0]
+
+    monkeypatch.setattr(traceforge.cli.ingest, "ingest_paths", ingest_paths)
+    command = ["ingest", str(REPO / "sample_traces"), "--db", str(tmp_path / "s.duckdb")]
+    result = runner.invoke(cli, command)
+    assert result.exit_code == 130, result.output
+    assert result.stderr.startswith("Interrupted. What finished before it is kept")
+    raised[0] = RuntimeError("boom")
+    result = runner.invoke(cli, command)
+    assert isinstance(result.exception, RuntimeError) and str(result.exception) == "boom"

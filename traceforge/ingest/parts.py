@@ -1,0 +1,128 @@
+"""Big files written in parts, so that memory is bounded by a part rather than by the file.
+
+A file of at least `PARTS_MIN_BYTES` (decompressed) is parsed in the main process and its traces are
+written as they come, in parts of about `PART_ROWS` rows, each part in its own transaction: DuckDB
+holds the rows a transaction adds in memory until it commits (measured: a 1 GB insert in one
+transaction grew the process by about its size, committed in parts it stayed under 0.9 GB at a
+512 MB limit), so one transaction per file would hold the whole file again. An adapter that can
+hand out traces as it reads them (`stream`: transcripts, one conversation per record) keeps only the
+part being written; the others (a gateway log, whose conversations a later request can continue;
+spans grouped by trace) are parsed whole first, and only their rows are built and written in parts.
+
+While the parts are written, the file's `sources` row says so (`INTERRUPTED`): a run that stops half
+way (killed, out of disk, Ctrl-C) leaves that row with the parts written so far, and the next ingest
+of the file removes them and writes it again, as for a changed file, so no trace is stored twice and
+none half. The last part's transaction writes the real `sources` row, joins the file's traces with
+other files' (`ingest.joins`, `ingest.log_joins`) and marks copies, as a batch of whole files does.
+
+Ids are chosen as they would be for the whole file: the store holds the file's earlier parts, so a
+trace whose source id an earlier trace of the file has is named apart from it as it would be within
+one batch. (One difference remains: a trace whose parent comes in a later part and had to be
+renamed there points at the parent's source id; files that record parents write them first.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+import duckdb
+import polars as pl
+
+from traceforge import store
+from traceforge.ingest import writer
+from traceforge.ingest.copies import mark_copies
+from traceforge.ingest.joins import JoinReport, join_split_traces
+from traceforge.ingest.log_joins import join_log_conversations
+from traceforge.ingest.parallel import write_batch
+from traceforge.ingest.sources import SourceError
+from traceforge.model import ParseResult, Reject, Trace
+
+PARTS_MIN_BYTES = 256 << 20
+PART_ROWS = 50_000
+# `sources.error` while a file is written in parts, and after a run that stopped before its end.
+INTERRUPTED = "ingest stopped before the end of this file: ingest it again to finish it"
+
+
+@dataclass
+class Written:
+    """What the store holds of a file written in parts."""
+
+    traces: int = 0
+    llm_calls: int = 0
+    tool_calls: int = 0
+    rejected: int = 0  # lines rejected, by the reader or the adapter
+
+
+def write_in_parts(
+    con: duckdb.DuckDBPyConnection,
+    parsed: writer.ParsedFile,
+    traces: Iterator[Trace],
+    line_rejects: list[Reject],
+    replaces: bool,
+) -> tuple[writer.ParsedFile, Written, JoinReport]:
+    """Write the `traces` of the file `parsed` names as they come, in parts.
+
+    `parsed.result` is the `ParseResult` the adapter adds its counts and rejects to while `traces`
+    is consumed; `line_rejects` the list the reader adds the lines that are not JSON to. `replaces`:
+    the store holds the file with other content, or from a run that stopped in it (its rows go in
+    the first part's transaction). Returns `parsed` with its counts, what was written, and what was
+    joined; a file whose content breaks off (corrupt gzip data after its start) is written as failed,
+    as a whole file would be, its parts removed: the `parsed` returned then carries the error.
+    """
+    result = parsed.result
+    file_ids: dict[str, str] = {}
+    written = Written()
+    part: list[Trace] = []
+    rows = 0
+    started = False
+    unread = 0  # lines the reader rejected: records the adapter never saw
+
+    def write_part(final: bool) -> None:
+        nonlocal part, rows, started, unread
+        rejects = [*line_rejects, *result.rejects]
+        unread += len(line_rejects)
+        line_rejects.clear()
+        result.rejects.clear()
+        if final:
+            result.records += unread
+        if not (part or rejects or final):
+            return
+        if not started and replaces:  # before naming the part: the ids it held are free again
+            writer._delete_source(con, parsed.path)
+        con.execute("DELETE FROM sources WHERE path = ?", [parsed.path])
+        frames = writer.part_rows(con, parsed.path, parsed.sha256, part, rejects, file_ids)
+        written.traces += len(part)
+        written.llm_calls += sum(len(t.llm_calls) for t in part)
+        written.tool_calls += sum(len(t.tool_calls) for t in part)
+        written.rejected += len(rejects)
+        part, rows = [], 0
+        if final:
+            frames["sources"] = writer.source_row(parsed, written.traces, written.rejected)
+        else:
+            placeholder = replace(parsed, result=ParseResult())
+            frames["sources"] = writer.source_row(placeholder, 0, 0).with_columns(
+                pl.lit(INTERRUPTED).alias("error")
+            )
+        started = True
+        for table, frame in frames.items():
+            store.insert_frame(con, table, frame)
+
+    try:
+        for trace in traces:
+            part.append(trace)
+            rows += 1 + len(trace.llm_calls) + len(trace.tool_calls) + len(trace.messages)
+            if rows >= PART_ROWS:
+                with store.transaction(con):
+                    write_part(final=False)
+    except SourceError as exc:
+        failed = writer.ParsedFile(parsed.path, parsed.sha256, parsed.size, None, error=str(exc))
+        joins = write_batch(con, [failed], {parsed.path} if started or replaces else set())
+        return failed, Written(rejected=1), joins
+    with store.transaction(con):
+        replaced = [parsed.path] if replaces else []
+        write_part(final=True)
+        joins = join_split_traces(con, replaced)
+        joins.extend(join_log_conversations(con, replaced))
+        mark_copies(con)
+    return parsed, written, joins
