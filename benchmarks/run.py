@@ -2,7 +2,7 @@
 full analyses at scale, peak memory, and the growth curve, all measured in one run.
 
     python benchmarks/run.py --quick          # under a minute
-    python benchmarks/run.py                  # the full run (1M tool calls; about 25 minutes on 2 cores)
+    python benchmarks/run.py                  # the full run (1M tool calls; about 30 minutes on 2 cores)
     python benchmarks/run.py --json out.json  # also write every measurement as JSON
     python benchmarks/run.py --rounds 5       # each 1x loader measured 5 times (default 3)
 
@@ -27,6 +27,10 @@ loader once per round; the medians, their ranges and the median of the rounds' r
 
 The growth curve (1x, 2x, 4x) measures `analyze` and then `export sft` of the store it left: an
 export reads the store a conversation at a time, so its peak RSS should stay flat as the input grows.
+
+Last, one big file (transcripts, then a gateway log, from a corpus written without rotation) is
+ingested alone: half its lines, all of them, and all of them in files of 64 MB, each peak printed
+against the 64 MB files': whether memory grows with a single file.
 """
 
 from __future__ import annotations
@@ -58,12 +62,14 @@ SIZES = {
         "scale": ("mixed", 10_000, None),
         "long": ("long", 1_000, None),
         "small": ("small", None, 2_000),
+        "big_file": 10_000,  # tool calls of a corpus written without rotation: one file per format
     },
     "full": {
         "growth": 62_500,
         "scale": ("mixed", 1_000_000, None),
         "long": ("long", 5_000, None),
         "small": ("small", None, 100_000),
+        "big_file": 500_000,  # a 1 GB transcripts file, a 0.9 GB gateway log
     },
 }
 
@@ -273,16 +279,36 @@ class _TreeMemory:
         return tree
 
 
-def corpus_for(name: str, shape: str, tool_calls: int | None, traces: int | None) -> tuple[Path, dict]:
+def corpus_for(
+    name: str, shape: str, tool_calls: int | None, traces: int | None, file_mb: float = 64.0
+) -> tuple[Path, dict]:
     folder = CORPUS_ROOT / name
     manifest_path = folder / corpus_module.MANIFEST
     wanted = {"shape": shape, "tool_calls": tool_calls, "traces": traces, "seed": corpus_module.DEFAULT_SEED}
+    if file_mb != 64.0:
+        wanted["file_mb"] = file_mb
     if manifest_path.exists():
         manifest = json.loads(manifest_path.read_text())
         if manifest.get("request") == wanted:
             return folder, manifest
     print(f"  writing corpus {name} ...", file=sys.stderr, flush=True)
-    corpus_module.generate(folder, tool_calls=tool_calls, traces=traces, shape=shape)
+    # In a child process: the generator holds each format's file until it rotates (a whole file for
+    # the big-file corpus), and a measured child's own peak (getrusage) counts the pages of the
+    # process that started it.
+    command = [
+        sys.executable,
+        str(HERE / "corpus.py"),
+        str(folder),
+        "--shape",
+        shape,
+        "--file-mb",
+        str(file_mb),
+    ]
+    if tool_calls is not None:
+        command += ["--tool-calls", str(tool_calls)]
+    if traces is not None:
+        command += ["--traces", str(traces)]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     manifest = json.loads(manifest_path.read_text())
     manifest["request"] = wanted
     manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
@@ -290,6 +316,77 @@ def corpus_for(name: str, shape: str, tool_calls: int | None, traces: int | None
     # first loaders compete with that writing (a 1x ingest took 9.0 s, 6.0 s once it was done).
     os.sync()
     return folder, manifest
+
+
+def big_file_table(mode: str, scratch: Path, workers: int | None, note: Any) -> Any:
+    """Peak RSS of one big file (transcripts, a gateway log) ingested alone, against half its lines
+    and against all of them in files of 64 MB: whether memory grows with one file."""
+    from rich.table import Table
+
+    from traceforge.ingest.parts import PARTS_MIN_BYTES
+
+    folder, _ = corpus_for(f"bigfile-{mode}", "mixed", SIZES[mode]["big_file"], None, file_mb=1e6)
+    table = Table(
+        title="One big file, ingested alone: half its lines, all of them, and all of them in 64 MB "
+        f"files (files of {PARTS_MIN_BYTES >> 20} MiB or more are written in parts)"
+    )
+    for column in ("file", "MB", "traces", "tool calls", "ingest s", "peak RSS MB", "against 64 MB files"):
+        table.add_column(column, justify="right" if column != "file" else "left")
+    for fmt in ("transcripts", "openai-log"):
+        source = next(folder.glob(f"{fmt}-*.jsonl"))
+        measured = {}
+        for layout in ("split", "half", "whole"):
+            files = big_file_layout(source, scratch / f"{fmt}-{layout}", layout)
+            result = note(measure("ingest", files, scratch / INGEST_DB, workers))
+            result["layout"] = f"{fmt} {layout}"
+            result["input_mb"] = sum(path.stat().st_size for path in files.iterdir()) / 1e6
+            measured[layout] = result
+            shutil.rmtree(files)
+        baseline = measured["split"]["rss_tree_mb"] or measured["split"]["rss_self_mb"]
+        for label, layout in (("half", "half"), ("whole", "whole"), ("in 64 MB files", "split")):
+            result = measured[layout]
+            rss = result["rss_tree_mb"] or result["rss_self_mb"]
+            table.add_row(
+                f"{fmt}, {label}",
+                f"{result['input_mb']:,.0f}",
+                f"{result['traces']:,}",
+                f"{result['tool_calls']:,}",
+                f"{result['seconds']:.1f}",
+                _rss(result),
+                f"{rss / baseline:.2f}",
+            )
+    return table
+
+
+def big_file_layout(source: Path, folder: Path, layout: str) -> Path:
+    """A folder holding `source` as it is (`whole`, a hard link where the file system allows), its
+    first half of lines (`half`), or its lines in files of about 64 MB (`split`: what `split -C 64m`
+    writes)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    target = folder / source.name
+    if layout == "whole":
+        try:
+            os.link(source, target)
+        except OSError:
+            shutil.copyfile(source, target)
+        return folder
+    limit = source.stat().st_size // 2 if layout == "half" else 64 << 20
+    part, written, out = 0, 0, None
+    with source.open("rb") as lines:
+        for line in lines:
+            if out is None or written + len(line) > limit:
+                if out is not None:
+                    out.close()
+                    if layout == "half":
+                        return folder
+                out = (folder / f"part-{part:03d}.jsonl").open("wb")
+                part, written = part + 1, 0
+            out.write(line)
+            written += len(line)
+    if out is not None:
+        out.close()
+    return folder
 
 
 def machine() -> dict[str, Any]:
@@ -528,6 +625,9 @@ def run(mode: str, json_path: str | None, workers: int | None, rounds: int = 3) 
             _rss(result),
         )
     console.print(table)
+
+    # 3. one big file, against the same lines in files of 64 MB
+    console.print(big_file_table(mode, scratch, workers, note))
     results["load_average_at_end"] = os.getloadavg()
     shutil.rmtree(scratch, ignore_errors=True)
     if json_path:
