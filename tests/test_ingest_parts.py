@@ -69,6 +69,29 @@ def test_files_written_in_parts_give_the_store_whole_files_give(logs, tmp_path, 
     assert snapshot(tmp_path / "parts.duckdb") == snapshot(tmp_path / "whole.duckdb")
 
 
+def test_renamed_parents_and_rejected_lines_come_out_as_from_a_whole_file(tmp_path, monkeypatch):
+    """A part names its traces against the store: a session ingested again from a copy takes the
+    fallback ids, and its branch, in a later part, points at the copy's renamed session; lines that
+    are not JSON, and records that are not transcripts, count as the whole file counts them."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    session = REPO / "tests" / "fixtures" / "claude_code" / "branched_session.jsonl"
+    shutil.copy(session, logs / "a.jsonl")
+    (logs / "b.jsonl").write_bytes(session.read_bytes() + b"\n")  # the same session, other bytes
+    lines = (REPO / "sample_traces" / "anthropic_messages_transcripts.jsonl").read_text().splitlines()
+    broken = [lines[0], lines[1][:300], '{"not": "a transcript"}', "not json", lines[1]]
+    (logs / "c.jsonl").write_text("\n".join(broken) + "\n")
+    whole = ingest(tmp_path / "whole.duckdb", [logs])
+    in_parts(monkeypatch, rows=1)
+    split = ingest(tmp_path / "parts.duckdb", [logs])
+    assert split.totals() == whole.totals()
+    expected = snapshot(tmp_path / "whole.duckdb")
+    renamed = [row for row in expected["traces"] if "@" in row[0]]
+    assert len(renamed) == 2 and any(row[9] and "@" in row[9] for row in renamed)  # a renamed parent
+    assert [row[4:7] for row in expected["sources"]][-1] == (5, 2, 3)  # records, ingested, rejected
+    assert snapshot(tmp_path / "parts.duckdb") == expected
+
+
 def test_a_changed_file_written_in_parts_replaces_what_it_gave(logs, tmp_path, monkeypatch):
     work = tmp_path / "logs"
     shutil.copytree(logs / "corpus", work)
