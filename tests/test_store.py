@@ -14,6 +14,7 @@ from accounting import assert_accounting
 from traceforge import store
 from traceforge.cli import cli
 from traceforge.cli.sql import shell_binary
+from traceforge.ingest import ingest_paths
 
 CONTRACT = {
     "traces": {
@@ -368,3 +369,23 @@ def test_every_table_view_and_column_is_documented(con):
         ]
         missing += [f"{table}.{c}" for c in columns if not re.search(rf"\b{c}\b", section)]
     assert not missing, f"undocumented in docs/schema.md: {missing}"
+
+
+def test_the_views_sum_spend_exactly_whatever_the_order(tmp_path, db_path):
+    """Doubles summed one after another drift (ten calls of $0.10 make 0.9999999999999999), and
+    DuckDB's parallel sum takes them in no fixed order, so the last digits changed from one query to
+    the next: the views sum exact decimals."""
+    messages = [{"role": "user", "content": "go"}]
+    for n in range(10):
+        messages += [
+            {"role": "assistant", "content": f"step {n}", "cost": 0.1},
+            {"role": "user", "content": "more"},
+        ]
+    path = tmp_path / "costs.jsonl"
+    path.write_text(json.dumps({"id": "c1", "workload": "w", "messages": messages}) + "\n")
+    con = store.connect(db_path)
+    ingest_paths(con, [path])
+    assert sum(row[0] for row in con.execute("SELECT cost_usd FROM llm_calls").fetchall()) != 1.0
+    assert con.execute("SELECT cost_usd FROM v_trace_summary").fetchall() == [(1.0,)]
+    assert con.execute("SELECT reported_cost_usd FROM v_usage_by_workload_model").fetchall() == [(1.0,)]
+    con.close()
