@@ -135,6 +135,12 @@ def ingest_paths(
     batch_reports: list[FileReport] = []
     batch_rows = batch_bytes = 0
 
+    def write_batch() -> None:
+        nonlocal batch, batch_reports, batch_rows, batch_bytes
+        report.add_joins(parallel.write_batch(con, batch, replaces))
+        report.files.extend(batch_reports)
+        batch, batch_reports, batch_rows, batch_bytes = [], [], 0, 0
+
     for index, (path, outcome) in enumerate(zip(files, outcomes, strict=True)):
         if on_file:
             on_file(path, index, len(files))
@@ -152,10 +158,8 @@ def ingest_paths(
             file_report = FileReport(key, "duplicate", message=f"same content as {by_sha[sha]}")
             rows = size = 0
         elif outcome.status == "in parts":
-            if batch:
-                report.add_joins(parallel.write_batch(con, batch, replaces))
-                report.files.extend(batch_reports)
-                batch, batch_reports, batch_rows, batch_bytes = [], [], 0, 0
+            if batch:  # files are written in their order
+                write_batch()
             file_report, joins = _ingest_in_parts(con, path, sha, adapter, key in replaces, key in known)
             report.add_joins(joins)
             report.files.append(file_report)
@@ -177,12 +181,9 @@ def ingest_paths(
         batch_rows += rows
         batch_bytes += size
         if batch_rows >= BATCH_ROWS or batch_bytes >= BATCH_BYTES:
-            report.add_joins(parallel.write_batch(con, batch, replaces))
-            report.files.extend(batch_reports)
-            batch, batch_reports, batch_rows, batch_bytes = [], [], 0, 0
+            write_batch()
     if batch:
-        report.add_joins(parallel.write_batch(con, batch, replaces))
-        report.files.extend(batch_reports)
+        write_batch()
     elif not any(f.status in ("new", "changed", "duplicate") for f in report.files):
         # nothing written: parts left apart earlier are joined once their files can be read again
         with store.transaction(con):
