@@ -223,9 +223,13 @@ def _streams(path: Path, adapter: ModuleType | None) -> bool:
     say so)."""
     if not starts_as_json_lines(path):
         return False
-    opened = _open_file(path, "", adapter)
-    streams = getattr(opened.adapter, "streams", None)
-    return opened.streamed and streams is not None and streams(opened.sample)
+    try:
+        opened = open_records(path, [])
+        sample = list(itertools.islice(opened.records, detect.SAMPLE_SIZE))
+    except SourceError:
+        return False
+    streams = getattr(adapter or detect.detect(sample), "streams", None)
+    return opened.streamed and streams is not None and bool(sample) and streams(sample)
 
 
 def _files_in_parts(files: list[Path], stored_sizes: dict[str, int]) -> set[str]:
@@ -288,7 +292,6 @@ class _Opened:
     sample: list[Record] = field(default_factory=list)  # the first records, which chose the adapter
     records: Iterator[Record] | None = None  # every record, the sample's included
     rejects: list[Reject] = field(default_factory=list)  # lines that are not JSON, added as read
-    streamed: bool = False  # the records are read in chunks, not held whole (`stream.open_records`)
 
 
 def _open_file(path: Path, sha: str, adapter: ModuleType | None) -> _Opened:
@@ -325,7 +328,7 @@ def _open_file(path: Path, sha: str, adapter: ModuleType | None) -> _Opened:
         return _Opened(ParsedFile(key, sha, opened.size, None, error=str(exc)))
     parsed.format = chosen.FORMAT
     records = itertools.chain(sample, opened.records)
-    return _Opened(parsed, chosen, sample, records, rejects, opened.streamed)
+    return _Opened(parsed, chosen, sample, records, rejects)
 
 
 def _parse_file(path: Path, sha: str, adapter: ModuleType | None) -> ParsedFile:

@@ -38,6 +38,10 @@ from traceforge.ingest.parallel import write_batch
 from traceforge.ingest.sources import SourceError
 from traceforge.model import ParseResult, Reject, Trace
 
+# Below this a file is parsed whole, by a worker where there are several files, and its rows are held
+# until written (a 257 MB file of transcripts peaked at 2.05 GB so); at and above it, one process
+# parses it and writes it in parts. A lower threshold would bound memory further but take files the
+# size loggers rotate at (64 MB) away from the workers.
 PARTS_MIN_BYTES = 256 << 20
 PART_ROWS = 50_000
 # `sources.error` while a file is written in parts, and after a run that stopped before its end.
