@@ -147,8 +147,14 @@ def test_a_run_stopped_in_a_file_leaves_it_marked_and_the_next_run_finishes_it(
     result = runner.invoke(cli, ["ingest", str(other), "--db", str(db), "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["unfinished"] == [str(transcripts)]
-    result = runner.invoke(cli, ["ingest", str(other), "--db", str(db)])
-    assert f"warning: {transcripts}: an earlier run stopped while writing this file" in result.stderr
+    for command in (
+        ["ingest", str(other)],
+        ["export", "sft", "--out", str(tmp_path / "sft")],
+        ["profile", "--out", str(tmp_path / "profile")],
+    ):
+        result = runner.invoke(cli, [*command, "--db", str(db)])
+        warning = f"warning: {transcripts}: an earlier run stopped while writing this file"
+        assert warning in result.stderr, (command, result.output)
     result = runner.invoke(cli, ["ingest", str(work), "--db", str(db)])
     assert result.exit_code == 0, result.output
     assert f"new {transcripts}" in result.stderr or f"new {transcripts.name}" in result.stderr

@@ -11,6 +11,8 @@ import click
 from traceforge import store
 from traceforge.cli import cli
 from traceforge.cli.options import TraceProgress, db_option, json_option, stderr, stdout
+from traceforge.ingest.parts import unfinished_files
+from traceforge.report.terminal import render_unfinished
 
 if TYPE_CHECKING:
     from traceforge.export.hub import PushResult
@@ -197,6 +199,7 @@ def export(
     )
     con = store.connect(db, read_only=True)
     try:
+        render_unfinished(stderr(), unfinished_files(con))
         with TraceProgress(f"exporting {kind}") as on_progress:
             report = run_export(con, options, on_progress)
     except (ExportError, FolderError) as exc:

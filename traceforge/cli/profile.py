@@ -25,8 +25,10 @@ from traceforge.cli.options import (
     workload_key_option,
 )
 from traceforge.export.profile import build_profile, write_profile
+from traceforge.ingest.parts import unfinished_files
 from traceforge.pricing import PriceFileError, load_prices
 from traceforge.report.profile import render_profile
+from traceforge.report.terminal import render_unfinished
 
 
 @cli.command()
@@ -103,6 +105,7 @@ def profile(db, out, workload_key, gpu_profile, target_rps, ttft_ms, itl_ms, pri
         raise click.ClickException(str(exc)) from exc
     con = store.connect(db)
     try:
+        render_unfinished(stderr(), unfinished_files(con))
         if not con.execute("SELECT count(*) FROM llm_calls").fetchall()[0][0]:
             raise click.ClickException(
                 f"{db}: the store holds no LLM calls. Run `traceforge ingest PATH` first."

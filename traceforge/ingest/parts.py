@@ -48,6 +48,16 @@ PART_ROWS = 50_000
 INTERRUPTED = "ingest stopped before the end of this file: ingest it again to finish it"
 
 
+def unfinished_files(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The files a run stopped writing in parts: the store holds part of each."""
+    return [
+        row[0]
+        for row in con.execute(
+            "SELECT path FROM sources WHERE error = ? ORDER BY path", [INTERRUPTED]
+        ).fetchall()
+    ]
+
+
 @dataclass
 class Written:
     """What the store holds of a file written in parts."""

@@ -65,15 +65,20 @@ def render_big_file(console: Console, path: Path, size: int, compressed: bool) -
     )
 
 
-def render_ingest(console: Console, report: IngestReport, verbose: bool = False) -> None:
-    totals = report.totals()
-    for problem in report.problems:
-        console.print(f"[red]error:[/] {problem}")
-    for path in report.unfinished:
+def render_unfinished(console: Console, paths: list[str]) -> None:
+    """The files an earlier run stopped writing in parts (`ingest.parts.unfinished_files`)."""
+    for path in paths:
         console.print(
             f"[yellow]warning:[/] {display_path(path)}: an earlier run stopped while writing this file, "
             "and the store holds only part of it; ingest it again to finish it"
         )
+
+
+def render_ingest(console: Console, report: IngestReport, verbose: bool = False) -> None:
+    totals = report.totals()
+    for problem in report.problems:
+        console.print(f"[red]error:[/] {problem}")
+    render_unfinished(console, report.unfinished)
     for file in report.files:
         if file.status == "failed":
             console.print(f"[red]error:[/] {display_path(file.path)}: {file.message}")
