@@ -195,18 +195,28 @@ def test_a_gateway_log_is_not_streamed():
     assert not openai_chat.streams(sample)
 
 
-def test_gzip_data_that_breaks_off_in_a_file_written_in_parts_fails_it_whole(tmp_path, monkeypatch):
-    monkeypatch.setattr(stream, "CHUNK_BYTES", 4096)
+@pytest.mark.parametrize("content", ["transcripts", "gateway log"])
+def test_gzip_data_that_breaks_off_in_a_file_written_in_parts_fails_it_whole(tmp_path, monkeypatch, content):
+    """Streamed transcripts break off after some parts are written; a gateway log, parsed whole
+    before its parts, breaks off while it is parsed: either way the file fails as a whole."""
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 4096 if content == "transcripts" else 32768)  # lines fit
     in_parts(monkeypatch, rows=10)
-    lines = [
-        json.dumps(
-            {
-                "id": f"c{n}",
-                "messages": [{"role": "user", "content": "q" * 50}, {"role": "assistant", "content": "a"}],
-            }
-        )
-        for n in range(3000)
-    ]
+    if content == "transcripts":
+        lines = [
+            json.dumps(
+                {
+                    "id": f"c{n}",
+                    "messages": [
+                        {"role": "user", "content": "q" * 50},
+                        {"role": "assistant", "content": "a"},
+                    ],
+                }
+            )
+            for n in range(3000)
+        ]
+    else:
+        # more lines than detection samples (50) before the cut: the log breaks off while parsed
+        lines = (REPO / "sample_traces" / "openai_chat_gateway.jsonl").read_text().splitlines() * 4
     data = gzip.compress("\n".join(lines).encode())
     path = tmp_path / "cut.jsonl.gz"
     path.write_bytes(data[: len(data) // 2])

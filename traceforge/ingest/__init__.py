@@ -30,7 +30,7 @@ from traceforge.ingest.log_joins import join_log_conversations
 from traceforge.ingest.sources import Record, SourceError, content_size, expand_paths, sha256_file
 from traceforge.ingest.stream import ContentError, open_records, starts_as_json_lines
 from traceforge.ingest.writer import ParsedFile
-from traceforge.model import ParseResult, Reject
+from traceforge.model import ParseResult, Reject, Trace
 from traceforge.workers import worker_count
 
 # A file this big (decompressed) whose traces are held until it is all read (every format but
@@ -367,7 +367,7 @@ def _ingest_in_parts(
     if getattr(chosen, "streams", None) and chosen.streams(opened.sample):
         traces = chosen.stream(opened.records, parsed.path, parsed.result)
     else:
-        traces = chosen.parse(opened.records, parsed.path).drain_into(parsed.result)
+        traces = _parsed_whole(chosen, opened.records, parsed)
     parsed, written, joins = parts.write_in_parts(con, parsed, traces, opened.rejects, replaces)
     if parsed.error:
         return _file_report(parsed), joins
@@ -383,6 +383,13 @@ def _ingest_in_parts(
         skipped=dict(parsed.result.skipped),
     )
     return report, joins
+
+
+def _parsed_whole(adapter: ModuleType, records: Iterator[Record], parsed: ParsedFile) -> Iterator[Trace]:
+    """The traces of an adapter without `stream`, once it has parsed the whole file: parsed when the
+    first is asked for, so that content breaking off midway fails the file where its parts are
+    written (`parts.write_in_parts`)."""
+    yield from adapter.parse(records, parsed.path).drain_into(parsed.result)
 
 
 def _size(path: Path) -> int:
