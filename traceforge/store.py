@@ -48,6 +48,47 @@ def _without_primary_key(table: str, not_null: list[str]) -> str:
     )
 
 
+def _spend_views(total: str) -> str:
+    """The views that sum spend (`v_trace_summary`, `v_usage_by_workload_model`), `total` the SQL
+    summing a column of costs (`{column}` in it names the column)."""
+    return """
+        CREATE OR REPLACE VIEW v_trace_summary AS
+        SELECT t.trace_id, t.workload, t.agent, t.source_format, t.outcome,
+               t.started_at, t.ended_at,
+               date_diff('millisecond', t.started_at, t.ended_at) AS duration_ms,
+               coalesce(c.llm_calls, 0) AS llm_calls,
+               coalesce(tc.tool_calls, 0) AS tool_calls,
+               coalesce(tc.tool_errors, 0) AS tool_errors,
+               c.input_tokens, c.cache_read_tokens, c.output_tokens, c.cost_usd
+        FROM traces t
+        LEFT JOIN (SELECT trace_id, count(*) AS llm_calls, sum(input_tokens) AS input_tokens,
+                          sum(cache_read_tokens) AS cache_read_tokens,
+                          sum(output_tokens) AS output_tokens, {trace_cost} AS cost_usd
+                   FROM llm_calls WHERE copy_of IS NULL GROUP BY trace_id) c USING (trace_id)
+        LEFT JOIN (SELECT trace_id, count(*) AS tool_calls,
+                          count(*) FILTER (WHERE is_error) AS tool_errors
+                   FROM tool_calls WHERE copy_of IS NULL GROUP BY trace_id) tc USING (trace_id);
+
+        CREATE OR REPLACE VIEW v_usage_by_workload_model AS
+        SELECT coalesce(t.workload, '(none)') AS workload,
+               coalesce(c.model, '(unknown)') AS model,
+               count(DISTINCT c.trace_id) AS traces,
+               count(*) AS llm_calls,
+               sum(tc.n) AS tool_calls,
+               sum(c.input_tokens) AS input_tokens,
+               sum(c.cache_read_tokens) AS cache_read_tokens,
+               sum(c.output_tokens) AS output_tokens,
+               count(*) FILTER (WHERE NOT c.usage_reported) AS calls_without_usage,
+               {model_cost} AS reported_cost_usd
+        FROM llm_calls c
+        JOIN traces t USING (trace_id)
+        LEFT JOIN (SELECT call_id, count(*) AS n FROM tool_calls GROUP BY call_id) tc
+               USING (call_id)
+        WHERE c.copy_of IS NULL
+        GROUP BY ALL;
+""".format(trace_cost=total.format(column="cost_usd"), model_cost=total.format(column="c.cost_usd"))
+
+
 MIGRATIONS: list[Migration] = [
     Migration(
         1,
@@ -407,41 +448,8 @@ MIGRATIONS: list[Migration] = [
         ALTER TABLE llm_calls ADD COLUMN copy_of TEXT;
         ALTER TABLE tool_calls ADD COLUMN copy_of TEXT;
 
-        CREATE OR REPLACE VIEW v_trace_summary AS
-        SELECT t.trace_id, t.workload, t.agent, t.source_format, t.outcome,
-               t.started_at, t.ended_at,
-               date_diff('millisecond', t.started_at, t.ended_at) AS duration_ms,
-               coalesce(c.llm_calls, 0) AS llm_calls,
-               coalesce(tc.tool_calls, 0) AS tool_calls,
-               coalesce(tc.tool_errors, 0) AS tool_errors,
-               c.input_tokens, c.cache_read_tokens, c.output_tokens, c.cost_usd
-        FROM traces t
-        LEFT JOIN (SELECT trace_id, count(*) AS llm_calls, sum(input_tokens) AS input_tokens,
-                          sum(cache_read_tokens) AS cache_read_tokens,
-                          sum(output_tokens) AS output_tokens, sum(cost_usd) AS cost_usd
-                   FROM llm_calls WHERE copy_of IS NULL GROUP BY trace_id) c USING (trace_id)
-        LEFT JOIN (SELECT trace_id, count(*) AS tool_calls,
-                          count(*) FILTER (WHERE is_error) AS tool_errors
-                   FROM tool_calls WHERE copy_of IS NULL GROUP BY trace_id) tc USING (trace_id);
-
-        CREATE OR REPLACE VIEW v_usage_by_workload_model AS
-        SELECT coalesce(t.workload, '(none)') AS workload,
-               coalesce(c.model, '(unknown)') AS model,
-               count(DISTINCT c.trace_id) AS traces,
-               count(*) AS llm_calls,
-               sum(tc.n) AS tool_calls,
-               sum(c.input_tokens) AS input_tokens,
-               sum(c.cache_read_tokens) AS cache_read_tokens,
-               sum(c.output_tokens) AS output_tokens,
-               count(*) FILTER (WHERE NOT c.usage_reported) AS calls_without_usage,
-               sum(c.cost_usd) AS reported_cost_usd
-        FROM llm_calls c
-        JOIN traces t USING (trace_id)
-        LEFT JOIN (SELECT call_id, count(*) AS n FROM tool_calls GROUP BY call_id) tc
-               USING (call_id)
-        WHERE c.copy_of IS NULL
-        GROUP BY ALL;
-        """,
+        """
+        + _spend_views("sum({column})"),
     ),
     Migration(
         9,
@@ -504,42 +512,8 @@ MIGRATIONS: list[Migration] = [
         -- views' cost sums differed in their last digits from one query to the next. Each cost is
         -- now summed as a decimal of nano-dollars (exact, in any order), then given back as a double
         -- (a cost no decimal holds, which ingest never stores, counts as unknown, not as an error).
-        CREATE OR REPLACE VIEW v_trace_summary AS
-        SELECT t.trace_id, t.workload, t.agent, t.source_format, t.outcome,
-               t.started_at, t.ended_at,
-               date_diff('millisecond', t.started_at, t.ended_at) AS duration_ms,
-               coalesce(c.llm_calls, 0) AS llm_calls,
-               coalesce(tc.tool_calls, 0) AS tool_calls,
-               coalesce(tc.tool_errors, 0) AS tool_errors,
-               c.input_tokens, c.cache_read_tokens, c.output_tokens, c.cost_usd
-        FROM traces t
-        LEFT JOIN (SELECT trace_id, count(*) AS llm_calls, sum(input_tokens) AS input_tokens,
-                          sum(cache_read_tokens) AS cache_read_tokens,
-                          sum(output_tokens) AS output_tokens,
-                          sum(TRY_CAST(cost_usd AS DECIMAL(38, 9)))::DOUBLE AS cost_usd
-                   FROM llm_calls WHERE copy_of IS NULL GROUP BY trace_id) c USING (trace_id)
-        LEFT JOIN (SELECT trace_id, count(*) AS tool_calls,
-                          count(*) FILTER (WHERE is_error) AS tool_errors
-                   FROM tool_calls WHERE copy_of IS NULL GROUP BY trace_id) tc USING (trace_id);
-
-        CREATE OR REPLACE VIEW v_usage_by_workload_model AS
-        SELECT coalesce(t.workload, '(none)') AS workload,
-               coalesce(c.model, '(unknown)') AS model,
-               count(DISTINCT c.trace_id) AS traces,
-               count(*) AS llm_calls,
-               sum(tc.n) AS tool_calls,
-               sum(c.input_tokens) AS input_tokens,
-               sum(c.cache_read_tokens) AS cache_read_tokens,
-               sum(c.output_tokens) AS output_tokens,
-               count(*) FILTER (WHERE NOT c.usage_reported) AS calls_without_usage,
-               sum(TRY_CAST(c.cost_usd AS DECIMAL(38, 9)))::DOUBLE AS reported_cost_usd
-        FROM llm_calls c
-        JOIN traces t USING (trace_id)
-        LEFT JOIN (SELECT call_id, count(*) AS n FROM tool_calls GROUP BY call_id) tc
-               USING (call_id)
-        WHERE c.copy_of IS NULL
-        GROUP BY ALL;
-        """,
+        """
+        + _spend_views("sum(TRY_CAST({column} AS DECIMAL(38, 9)))::DOUBLE"),
     ),
 ]
 
