@@ -36,7 +36,8 @@ def ingest(paths, db, fmt, strict, as_json, verbose):
     Records that cannot be used go to the `rejects` table with their line. A
     trace whose parts lie in several files (a rotated gateway log or OTel
     export, Langfuse or LangSmith pages, Langfuse's traces table) is joined
-    into one.
+    into one. A file of 256 MiB or more is written in parts as it is read; a
+    run stopped in one leaves it marked, and ingesting it again finishes it.
 
     \b
     Examples:
