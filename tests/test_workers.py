@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -77,3 +82,75 @@ def test_an_item_that_cannot_be_sent_raises_instead_of_waiting_for_ever():
     thread.join(timeout=60)
     assert outcome, "ordered_map hung on an item it could not send"
     assert isinstance(outcome[0], WorkerError) and "cannot send item 1" in str(outcome[0])
+
+
+def test_stopping_early_stops_the_workers_at_once():
+    """A caller that wants no more (an error, Ctrl-C) does not wait for the items in flight."""
+    results = ordered_map("time:sleep", [0.0, 60.0, 60.0], workers=2)
+    assert next(results) is None
+    started = time.monotonic()
+    results.close()
+    assert time.monotonic() - started < 20  # the sleeping workers were stopped, not waited for
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads child processes from /proc (Linux)")
+def test_ctrl_c_stops_an_ingest_and_its_workers_with_what_was_kept(tmp_path):
+    """A Ctrl-C at the terminal reaches the whole foreground process group. The workers are in
+    sessions of their own: only the main process is interrupted, it stops them, and says what was
+    kept; no worker dies mid-item with a traceback, and none is left running."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import corpus as bench_corpus
+
+    logs = tmp_path / "logs"
+    bench_corpus.generate(logs, tool_calls=8_000, file_mb=8)  # over 32 MB in several files: workers
+    command = [sys.executable, "-m", "traceforge", "ingest", str(logs), "--db", str(tmp_path / "s.duckdb")]
+    process = subprocess.Popen(
+        command,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,  # a process group of its own, as a shell gives a command
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+    def children() -> list[int]:
+        """The main process's workers, once started (a child between fork and exec is not yet in
+        its own session)."""
+        tasks = Path(f"/proc/{process.pid}/task")
+        try:
+            pids = [int(pid) for task in tasks.iterdir() for pid in (task / "children").read_text().split()]
+            return [pid for pid in pids if b"_serve" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        except OSError:
+            return []
+
+    deadline = time.monotonic() + 60
+    while not children() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.3)  # every worker started: parsing, not being spawned
+    workers = children()
+    assert workers, "the ingest finished before its workers could be seen"
+    # not in the group the terminal signals (a worker that got the Ctrl-C would die mid-item)
+    assert all(os.getsid(pid) != os.getsid(process.pid) for pid in workers)
+    os.killpg(process.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert "Interrupted. What finished before it is kept" in stderr
+    assert "Traceback" not in stderr and "internal error" not in stderr, stderr
+
+    def running(pid: int) -> bool:  # a zombie has stopped; only its parent's wait removes it
+        try:
+            return "\tZ" not in Path(f"/proc/{pid}/status").read_text().split("\n")[1]
+        except OSError:
+            return False
+
+    assert not [pid for pid in workers if running(pid)]
+
+
+def test_a_worker_whose_caller_stops_before_sending_work_exits_quietly():
+    worker = subprocess.run(
+        [sys.executable, "-c", "from traceforge import workers; workers._serve()"],
+        input=b"",
+        capture_output=True,
+        timeout=60,
+    )
+    assert (worker.returncode, worker.stderr) == (0, b"")

@@ -109,6 +109,10 @@ def ordered_map(function: str, items: Iterable[Any], workers: int, shared: tuple
                 feed(worker)
             yield done.pop(next_index)
             next_index += 1
+    except (KeyboardInterrupt, GeneratorExit):  # the rest is not wanted: stop now, not after it
+        for worker in pool:
+            worker.process.kill()
+        raise
     finally:
         for worker in pool:  # all told first, so they wind down together
             worker.stop()
@@ -139,11 +143,14 @@ class _Worker:
         package_root = str(Path(__file__).resolve().parents[1])
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        # In a session of its own: a Ctrl-C at the terminal reaches this process, which stops the
+        # workers, not the workers themselves (each would die mid-item with a traceback).
         self.process = subprocess.Popen(
             [sys.executable, "-c", "from traceforge import workers; workers._serve()"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
+            start_new_session=True,
         )
         self.in_flight = 0
         self.outbox: queue.Queue = queue.Queue()
@@ -208,7 +215,10 @@ def _serve() -> None:
     source = sys.stdin.buffer
     answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     sys.stdout = sys.stderr  # nothing else may write to the answer pipe
-    name, shared = _receive(source)
+    try:
+        name, shared = _receive(source)
+    except (EOFError, pickle.UnpicklingError):  # the caller stopped before sending any work
+        os._exit(0)
     function = resolve(name)
     while True:
         try:
