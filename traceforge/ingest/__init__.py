@@ -120,11 +120,13 @@ def ingest_paths(
     for path, sha in known.items():
         by_sha.setdefault(sha, path)
     replaces = {str(path) for path in files if str(path) in known or str(path) in interrupted}
-    sizes = {path: size for path, _, size, _ in stored if path not in interrupted}
+    stored_sizes = {path: size for path, _, size, _ in stored if path not in interrupted}
     report = IngestReport(problems=problems, unfinished=sorted(interrupted - {str(path) for path in files}))
-    in_parts = _files_in_parts(files, sizes)
+    sizes = content_sizes(files, stored_sizes)  # of the files most likely new or changed
+    # written in parts by this process (`traceforge.ingest.parts`)
+    in_parts = {str(path) for path, (size, _) in sizes.items() if size >= parts.PARTS_MIN_BYTES}
     if on_big_file:
-        for path, size, compressed in big_files(files, sizes, adapter):
+        for path, size, compressed in big_files(sizes, adapter):
             on_big_file(path, size, compressed)
     count = _worker_count(workers, files)
     if count > 1:
@@ -195,26 +197,33 @@ def ingest_paths(
     return report
 
 
-def big_files(
-    files: list[Path], stored_sizes: dict[str, int], adapter: ModuleType | None = None
-) -> list[tuple[Path, int, bool]]:
-    """The files of at least `BIG_FILE_BYTES` once decompressed whose traces are held whole while
-    they are parsed, with that size and whether they are gzip files, but for those the store holds
-    with the same size on disk (most likely unchanged: not read again). A big file is written in
-    parts (`traceforge.ingest.parts`), but only an adapter that `streams` it hands out its traces as
-    it reads; for the others (gateway logs, spans) the file's traces are all in memory at once
-    (`adapter`: the format forced, else detected from the file's first records)."""
-    found = []
+def content_sizes(files: list[Path], stored_sizes: dict[str, int]) -> dict[Path, tuple[int, bool]]:
+    """Each file's size once decompressed and whether it is a gzip file (`sources.content_size`),
+    but for the files the store holds with the same size on disk (most likely unchanged: not read
+    again) and those that cannot be read (reported when their turn comes)."""
+    found = {}
     for path in files:
         try:
-            if stored_sizes.get(str(path)) == path.stat().st_size:
-                continue
-            size, compressed = content_size(path)
+            if stored_sizes.get(str(path)) != path.stat().st_size:
+                found[path] = content_size(path)
         except OSError:
-            continue  # reported as unreadable when its turn comes
-        if size >= BIG_FILE_BYTES and not _streams(path, adapter):
-            found.append((path, size, compressed))
+            continue
     return found
+
+
+def big_files(
+    sizes: dict[Path, tuple[int, bool]], adapter: ModuleType | None = None
+) -> list[tuple[Path, int, bool]]:
+    """The files of at least `BIG_FILE_BYTES` (of `content_sizes`) whose traces are held whole while
+    they are parsed, with that size and whether they are gzip files. A big file is written in parts
+    (`traceforge.ingest.parts`), but only an adapter that `streams` it hands out its traces as it
+    reads; for the others (gateway logs, spans) the file's traces are all in memory at once
+    (`adapter`: the format forced, else detected from the file's first records)."""
+    return [
+        (path, size, compressed)
+        for path, (size, compressed) in sizes.items()
+        if size >= BIG_FILE_BYTES and not _streams(path, adapter)
+    ]
 
 
 def _streams(path: Path, adapter: ModuleType | None) -> bool:
@@ -230,22 +239,6 @@ def _streams(path: Path, adapter: ModuleType | None) -> bool:
         return False
     streams = getattr(adapter or detect.detect(sample), "streams", None)
     return opened.streamed and streams is not None and bool(sample) and streams(sample)
-
-
-def _files_in_parts(files: list[Path], stored_sizes: dict[str, int]) -> set[str]:
-    """The files of at least `parts.PARTS_MIN_BYTES` once decompressed, but for those most likely
-    unchanged (`big_files`): written in parts by this process (`traceforge.ingest.parts`)."""
-    found = set()
-    for path in files:
-        try:
-            if (
-                stored_sizes.get(str(path)) != path.stat().st_size
-                and content_size(path)[0] >= parts.PARTS_MIN_BYTES
-            ):
-                found.add(str(path))
-        except OSError:
-            continue  # reported as unreadable when its turn comes
-    return found
 
 
 def _resolve_adapter(fmt: str) -> ModuleType | None:
