@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -259,3 +260,46 @@ def test_ctrl_c_wherever_it_lands_says_what_was_kept_and_exits_130(
     raised[0] = RuntimeError("boom")
     result = runner.invoke(cli, command)
     assert isinstance(result.exception, RuntimeError) and str(result.exception) == "boom"
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_a_file_in_parts_says_how_much_of_it_is_read(tmp_path, monkeypatch, compressed):
+    """After each part, for the progress bar: the bytes of the file on disk read so far, up to all."""
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 65536)  # several lines a chunk
+    in_parts(monkeypatch, rows=30)
+    lines = (REPO / "sample_traces" / "anthropic_messages_transcripts.jsonl").read_bytes().splitlines()
+    # every conversation again under an id of its own, with a field gzip cannot shrink (so that
+    # even a gzip file is read over several parts)
+    content = b"\n".join(
+        line.replace(b"{", b'{"id": "c%d-%d", "noise": "%s", ' % (n, k, os.urandom(1500).hex().encode()), 1)
+        for n in range(40)
+        for k, line in enumerate(lines)
+    )
+    path = tmp_path / ("big.jsonl.gz" if compressed else "big.jsonl")
+    path.write_bytes(gzip.compress(content) if compressed else content)
+    reported = []
+    con = store.connect(tmp_path / "s.duckdb")
+    ingest_paths(con, [path], on_part=lambda *args: reported.append(args))
+    con.close()
+    size = path.stat().st_size
+    assert (
+        len(reported) > 3 and {p for p, _, _ in reported} == {path} and {s for _, _, s in reported} == {size}
+    )
+    read = [r for _, r, _ in reported]
+    assert read == sorted(read) and read[0] < size and read[-1] == size
+
+
+def test_an_id_a_file_holds_more_times_than_a_part_is_numbered_as_in_the_whole_file(tmp_path, monkeypatch):
+    """The same conversation logged ten times: the whole file names them x, x@<hash>, x@<hash>~2,
+    ... x@<hash>~9; written a trace a part, each part must see the numbered ids the parts before
+    it took (it took them again, and broke the primary key)."""
+    lines = (REPO / "sample_traces" / "anthropic_messages_transcripts.jsonl").read_text().splitlines()
+    path = tmp_path / "logs" / "again.jsonl"
+    path.parent.mkdir()
+    path.write_text("\n".join(lines * 10) + "\n")
+    ingest(tmp_path / "whole.duckdb", [path])
+    in_parts(monkeypatch, rows=1)
+    ingest(tmp_path / "parts.duckdb", [path])
+    expected = snapshot(tmp_path / "whole.duckdb")
+    assert sum("~9" in row[0] for row in expected["traces"]) == len(lines)
+    assert snapshot(tmp_path / "parts.duckdb") == expected

@@ -69,9 +69,15 @@ def ingest(paths, db, fmt, strict, as_json, verbose):
 def run_ingest(paths, db, fmt) -> IngestReport:
     con = store.connect(db)
     try:
-        with FileProgress() as on_file:
-            on_big_file = functools.partial(render_big_file, stderr())
-            return ingest_paths(con, list(paths), fmt=fmt, on_file=on_file, on_big_file=on_big_file)
+        with FileProgress() as progress:
+            return ingest_paths(
+                con,
+                list(paths),
+                fmt=fmt,
+                on_file=progress.on_file,
+                on_big_file=functools.partial(render_big_file, stderr()),
+                on_part=progress.on_part,
+            )
     finally:
         con.close()
 

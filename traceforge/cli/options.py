@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from traceforge.analysis.batches import TraceProgressCallback
 from traceforge.analysis.effects import MODES, ConfigError, DepsConfig, load_config
-from traceforge.ingest import ProgressCallback, detect
+from traceforge.ingest import detect
 from traceforge.pricing import PriceFileError, PriceTable, load_prices
 from traceforge.store import DEFAULT_DB
 
@@ -136,7 +138,9 @@ class TraceProgress:
 
 
 class FileProgress:
-    """A progress bar over files on stderr, shown only on a terminal."""
+    """A progress bar over files on stderr, shown only on a terminal: `with FileProgress() as
+    progress:` gives `progress.on_file` and, for a big file written in parts, `progress.on_part`,
+    which shows how much of it has been read."""
 
     def __init__(self) -> None:
         console = stderr()
@@ -152,15 +156,18 @@ class FileProgress:
         )
         self.task = None
 
-    def __enter__(self) -> ProgressCallback:
+    def __enter__(self) -> FileProgress:
         self.progress.__enter__()
+        return self
 
-        def on_file(path, index, total):
-            if self.task is None:
-                self.task = self.progress.add_task("reading", total=total, name="")
-            self.progress.update(self.task, completed=index, name=path.name)
+    def on_file(self, path: Path, index: int, total: int) -> None:
+        if self.task is None:
+            self.task = self.progress.add_task("reading", total=total, name="")
+        self.progress.update(self.task, completed=index, name=path.name)
 
-        return on_file
+    def on_part(self, path: Path, read: int, size: int) -> None:
+        if self.task is not None and size:
+            self.progress.update(self.task, name=f"{path.name} ({min(read, size) * 100 // size}%)")
 
     def __exit__(self, *exc) -> None:
         self.progress.__exit__(*exc)

@@ -89,6 +89,7 @@ class IngestReport:
 
 ProgressCallback = Callable[[Path, int, int], None]
 BigFileCallback = Callable[[Path, int, bool], None]
+PartCallback = Callable[[Path, int, int], None]
 
 
 def ingest_paths(
@@ -98,13 +99,15 @@ def ingest_paths(
     on_file: ProgressCallback | None = None,
     workers: int | None = None,
     on_big_file: BigFileCallback | None = None,
+    on_part: PartCallback | None = None,
 ) -> IngestReport:
     """Ingest files, folders and globs into the store behind `con`.
 
     `fmt` forces an adapter by name (see `traceforge.ingest.detect.formats()`); "auto" detects it
     per file. `on_file(path, index, total)` is called as each file is taken up, for progress display;
     `on_big_file(path, size, compressed)` before any is read, for each new or changed file of at
-    least `BIG_FILE_BYTES` decompressed (see `big_files`).
+    least `BIG_FILE_BYTES` decompressed (see `big_files`); `on_part(path, read, size)` after each
+    part of a file written in parts (`traceforge.ingest.parts`), with the bytes of it read so far.
     `workers` processes parse files while this one writes (`traceforge.ingest.parallel`); by default
     one per CPU when the files hold more than `parallel.PARALLEL_MIN_BYTES`, else files are parsed
     here. The store ends up the same either way.
@@ -162,7 +165,9 @@ def ingest_paths(
         elif outcome.status == "in parts":
             if batch:  # files are written in their order
                 write_batch()
-            file_report, joins = _ingest_in_parts(con, path, sha, adapter, key in replaces, key in known)
+            file_report, joins = _ingest_in_parts(
+                con, path, sha, adapter, key in replaces, key in known, on_part
+            )
             report.add_joins(joins)
             report.files.append(file_report)
             by_sha.setdefault(sha, key)
@@ -285,6 +290,7 @@ class _Opened:
     sample: list[Record] = field(default_factory=list)  # the first records, which chose the adapter
     records: Iterator[Record] | None = None  # every record, the sample's included
     rejects: list[Reject] = field(default_factory=list)  # lines that are not JSON, added as read
+    bytes_read: Callable[[], int] = lambda: 0  # of the file on disk, so far (`OpenedFile.bytes_read`)
 
 
 def _open_file(path: Path, sha: str, adapter: ModuleType | None) -> _Opened:
@@ -321,7 +327,7 @@ def _open_file(path: Path, sha: str, adapter: ModuleType | None) -> _Opened:
         return _Opened(ParsedFile(key, sha, opened.size, None, error=str(exc)))
     parsed.format = chosen.FORMAT
     records = itertools.chain(sample, opened.records)
-    return _Opened(parsed, chosen, sample, records, rejects)
+    return _Opened(parsed, chosen, sample, records, rejects, opened.bytes_read)
 
 
 def _parse_file(path: Path, sha: str, adapter: ModuleType | None) -> ParsedFile:
@@ -347,6 +353,7 @@ def _ingest_in_parts(
     adapter: ModuleType | None,
     replaces: bool,
     changed: bool,
+    on_part: PartCallback | None = None,
 ) -> tuple[FileReport, JoinReport]:
     """Parse a big file here and write it in parts as its traces come (`traceforge.ingest.parts`).
     `replaces`: the store holds rows of the file (`changed`: a version of it with other content; else
@@ -361,7 +368,12 @@ def _ingest_in_parts(
         traces = chosen.stream(opened.records, parsed.path, parsed.result)
     else:
         traces = _parsed_whole(chosen, opened.records, parsed)
-    parsed, written, joins = parts.write_in_parts(con, parsed, traces, opened.rejects, replaces)
+
+    def progress() -> None:
+        if on_part:
+            on_part(path, opened.bytes_read(), parsed.size)
+
+    parsed, written, joins = parts.write_in_parts(con, parsed, traces, opened.rejects, replaces, progress)
     if parsed.error:
         return _file_report(parsed), joins
     report = FileReport(

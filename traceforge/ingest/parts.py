@@ -23,7 +23,7 @@ renamed there points at the parent's source id; files that record parents write 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 import duckdb
@@ -74,13 +74,15 @@ def write_in_parts(
     traces: Iterator[Trace],
     line_rejects: list[Reject],
     replaces: bool,
+    on_part: Callable[[], None] | None = None,
 ) -> tuple[writer.ParsedFile, Written, JoinReport]:
     """Write the `traces` of the file `parsed` names as they come, in parts.
 
     `parsed.result` is the `ParseResult` the adapter adds its counts and rejects to while `traces`
     is consumed; `line_rejects` the list the reader adds the lines that are not JSON to. `replaces`:
     the store holds the file with other content, or from a run that stopped in it (its rows go in
-    the first part's transaction). Returns `parsed` with its counts, what was written, and what was
+    the first part's transaction). `on_part()` is called after each part is committed. Returns
+    `parsed` with its counts, what was written, and what was
     joined; a file whose content breaks off (corrupt gzip data after its start) is written as failed,
     as a whole file would be, its parts removed: the `parsed` returned then carries the error.
     """
@@ -129,6 +131,8 @@ def write_in_parts(
             if rows >= PART_ROWS:
                 with store.transaction(con):
                     write_part(final=False)
+                if on_part:
+                    on_part()
     except SourceError as exc:
         failed = writer.ParsedFile(parsed.path, parsed.sha256, parsed.size, None, error=str(exc))
         joins = write_batch(con, [failed], {parsed.path} if started or replaces else set())
@@ -139,4 +143,6 @@ def write_in_parts(
         joins = join_split_traces(con, replaced)
         joins.extend(join_log_conversations(con, replaced))
         mark_copies(con)
+    if on_part:
+        on_part()
     return parsed, written, joins

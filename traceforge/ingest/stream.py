@@ -56,6 +56,15 @@ class OpenedFile:
     size: int  # bytes on disk
     head: bytes  # the start of the (decompressed) content
     streamed: bool
+    handle: BinaryIO | None = None  # the file on disk, while its records are streamed
+
+    def bytes_read(self) -> int:
+        """How many of the file's bytes on disk have been read (all of them once it is read whole
+        or to its end): how far a big file's ingest has got."""
+        try:
+            return self.size if self.handle is None or self.handle.closed else self.handle.tell()
+        except (OSError, ValueError):
+            return self.size
 
 
 def open_records(
@@ -102,7 +111,7 @@ def open_records(
         handle.close()
         raise
     records = _stream(handle, stream, first, rejects, lines, holding)
-    return OpenedFile(records, size, first[:SAMPLE_CHARS], streamed=True)
+    return OpenedFile(records, size, first[:SAMPLE_CHARS], streamed=True, handle=handle)
 
 
 def starts_as_json_lines(path: Path) -> bool:

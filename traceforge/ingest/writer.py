@@ -288,15 +288,28 @@ def trace_names(trace: Trace, whole: bool) -> TraceNames:
 
 
 def _taken(con: duckdb.DuckDBPyConnection | None, table: str, column: str, candidates: list[str]) -> set[str]:
-    """Which `candidates` the store behind `con` holds (none without a store: a parsing worker)."""
+    """Which `candidates` the store behind `con` holds (none without a store: a parsing worker),
+    with the ids `_unique` numbered from those (`id~2`, ...): a file written in parts
+    (`ingest.parts`) can hold one id more times than one part does."""
     if not candidates or con is None:
         return set()
     frame = pl.DataFrame({"id": candidates}, schema={"id": pl.Utf8})
     with store.registered(con, "_tf_ids", frame):
-        rows = con.execute(
-            f"SELECT {column} FROM {table} WHERE {column} IN (SELECT id FROM _tf_ids)"
+        taken = {
+            row[0]
+            for row in con.execute(
+                f"SELECT {column} FROM {table} WHERE {column} IN (SELECT id FROM _tf_ids)"
+            ).fetchall()
+        }
+    if not taken:
+        return taken
+    frame = pl.DataFrame({"id": sorted(taken)}, schema={"id": pl.Utf8})
+    with store.registered(con, "_tf_ids", frame):
+        numbered = con.execute(
+            f"SELECT {column} FROM {table} WHERE contains({column}, '~') "
+            f"AND regexp_replace({column}, '~[0-9]+$', '') IN (SELECT id FROM _tf_ids)"
         ).fetchall()
-    return {row[0] for row in rows}
+    return taken | {row[0] for row in numbered}
 
 
 def _unique(wanted: dict[Any, str], fallback: dict[Any, str], in_store: set[str]) -> dict[Any, str]:
