@@ -1,11 +1,12 @@
 """A store's ingested rows, in a fixed order and without the columns that say when a row was written:
-two ingests that should give the same store are compared by their snapshots."""
+two ingests that should give the same store are compared by their snapshots (`ingest` writes one)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from traceforge import store
+from traceforge.ingest import IngestReport, ingest_paths
 
 TABLES = {
     "traces": "trace_id",
@@ -36,5 +37,14 @@ def snapshot(db: Path) -> dict[str, list[tuple]]:
             ]
             out[table] = con.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY {order}").fetchall()
         return out
+    finally:
+        con.close()
+
+
+def ingest(db: Path, paths: list[Path], workers: int = 1) -> IngestReport:
+    """Ingest `paths` into the store file `db` (created if missing) with `workers` processes."""
+    con = store.connect(db)
+    try:
+        return ingest_paths(con, paths, workers=workers)
     finally:
         con.close()

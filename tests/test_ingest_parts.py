@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import corpus as bench_corpus  # noqa: E402
-from store_snapshot import snapshot  # noqa: E402
+from store_snapshot import ingest, snapshot  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -37,14 +37,6 @@ def logs(tmp_path_factory) -> Path:
     shutil.copytree(REPO / "sample_traces", folder / "samples")
     shutil.copytree(REPO / "tests" / "fixtures", folder / "fixtures")
     return folder
-
-
-def ingest(db: Path, paths: list[Path], workers: int = 1):
-    con = store.connect(db)
-    try:
-        return ingest_paths(con, paths, workers=workers)
-    finally:
-        con.close()
 
 
 def in_parts(monkeypatch, min_bytes: int = 1, rows: int = 60) -> None:
@@ -303,3 +295,15 @@ def test_an_id_a_file_holds_more_times_than_a_part_is_numbered_as_in_the_whole_f
     expected = snapshot(tmp_path / "whole.duckdb")
     assert sum("~9" in row[0] for row in expected["traces"]) == len(lines)
     assert snapshot(tmp_path / "parts.duckdb") == expected
+
+
+def test_the_progress_bar_shows_how_much_of_a_big_file_is_read():
+    from traceforge.cli.options import FileProgress
+
+    with FileProgress() as progress:
+        progress.on_file(Path("logs/big.jsonl"), 0, 2)
+        progress.on_part(Path("logs/big.jsonl"), 512, 2048)
+        (task,) = progress.progress.tasks
+        assert (task.completed, task.fields["name"]) == (0, "big.jsonl (25%)")
+        progress.on_part(Path("logs/big.jsonl"), 2048, 2048)
+        assert task.fields["name"] == "big.jsonl (100%)"

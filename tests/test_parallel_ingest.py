@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from traceforge import store
-from traceforge.ingest import ingest_paths, stream
+from traceforge.ingest import stream
 from traceforge.ingest.sources import SourceFile, read_records
 from traceforge.model import Reject
 
@@ -21,15 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import corpus as bench_corpus  # noqa: E402
-from store_snapshot import snapshot  # noqa: E402
-
-
-def ingest(db: Path, paths: list[Path], workers: int):
-    con = store.connect(db)
-    try:
-        return ingest_paths(con, paths, workers=workers)
-    finally:
-        con.close()
+from store_snapshot import ingest, snapshot  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -242,8 +242,13 @@ def _streams(path: Path, adapter: ModuleType | None) -> bool:
         sample = list(itertools.islice(opened.records, detect.SAMPLE_SIZE))
     except SourceError:
         return False
-    streams = getattr(adapter or detect.detect(sample), "streams", None)
-    return opened.streamed and streams is not None and bool(sample) and streams(sample)
+    return opened.streamed and _hands_out_traces(adapter or detect.detect(sample), sample)
+
+
+def _hands_out_traces(adapter: ModuleType | None, sample: list[Record]) -> bool:
+    """Whether `adapter` `streams` the file these first records open (detect.py's protocol)."""
+    streams = getattr(adapter, "streams", None)
+    return streams is not None and bool(sample) and streams(sample)
 
 
 def _resolve_adapter(fmt: str) -> ModuleType | None:
@@ -364,7 +369,7 @@ def _ingest_in_parts(
     if opened.records is None:
         return _file_report(parsed), parallel.write_batch(con, [parsed], {parsed.path} if replaces else set())
     chosen = opened.adapter
-    if getattr(chosen, "streams", None) and chosen.streams(opened.sample):
+    if _hands_out_traces(chosen, opened.sample):
         traces = chosen.stream(opened.records, parsed.path, parsed.result)
     else:
         traces = _parsed_whole(chosen, opened.records, parsed)
@@ -374,20 +379,7 @@ def _ingest_in_parts(
             on_part(path, opened.bytes_read(), parsed.size)
 
     parsed, written, joins = parts.write_in_parts(con, parsed, traces, opened.rejects, replaces, progress)
-    if parsed.error:
-        return _file_report(parsed), joins
-    report = FileReport(
-        path=parsed.path,
-        status="changed" if changed else "new",
-        format=parsed.format,
-        records=parsed.result.records,
-        traces=written.traces,
-        llm_calls=written.llm_calls,
-        tool_calls=written.tool_calls,
-        rejected=written.rejected,
-        skipped=dict(parsed.result.skipped),
-    )
-    return report, joins
+    return _file_report(parsed, written), joins
 
 
 def _parsed_whole(adapter: ModuleType, records: Iterator[Record], parsed: ParsedFile) -> Iterator[Trace]:
@@ -408,17 +400,26 @@ def _sample(data: bytes) -> str:
     return data[:RAW_SAMPLE_CHARS].decode("utf-8", errors="replace")
 
 
-def _file_report(parsed: ParsedFile) -> FileReport:
+def _file_report(parsed: ParsedFile, written: parts.Written | None = None) -> FileReport:
+    """A file's line in the report; `written`: what the store took of a file written in parts,
+    whose traces and rejects `parsed` no longer holds."""
     result = parsed.result
+    if written is None:
+        written = parts.Written(
+            traces=len(result.traces),
+            llm_calls=sum(len(t.llm_calls) for t in result.traces),
+            tool_calls=sum(len(t.tool_calls) for t in result.traces),
+            rejected=len(result.rejects),
+        )
     return FileReport(
         path=parsed.path,
         status="failed" if parsed.error else ("changed" if parsed.replaces else "new"),
         format=parsed.format,
-        records=writer.counts(parsed)[0],
-        traces=len(result.traces),
-        llm_calls=sum(len(t.llm_calls) for t in result.traces),
-        tool_calls=sum(len(t.tool_calls) for t in result.traces),
-        rejected=len(result.rejects) + (1 if parsed.error else 0),
+        records=writer.counts(parsed, written.rejected)[0],
+        traces=written.traces,
+        llm_calls=written.llm_calls,
+        tool_calls=written.tool_calls,
+        rejected=written.rejected + (1 if parsed.error else 0),
         skipped=dict(result.skipped),
         message=parsed.error,
     )

@@ -84,7 +84,8 @@ def write_in_parts(
     the first part's transaction). `on_part()` is called after each part is committed. Returns
     `parsed` with its counts, what was written, and what was
     joined; a file whose content breaks off (corrupt gzip data after its start) is written as failed,
-    as a whole file would be, its parts removed: the `parsed` returned then carries the error.
+    as a whole file would be, its parts removed: the `parsed` returned then carries the error, and
+    nothing is written of it.
     """
     result = parsed.result
     file_ids: dict[str, str] = {}
@@ -102,11 +103,8 @@ def write_in_parts(
         result.rejects.clear()
         if final:
             result.records += unread
-        if not (part or rejects or final):
-            return
         if not started and replaces:  # before naming the part: the ids it held are free again
             writer._delete_source(con, parsed.path)
-        con.execute("DELETE FROM sources WHERE path = ?", [parsed.path])
         frames = writer.part_rows(con, parsed.path, parsed.sha256, part, rejects, file_ids)
         written.traces += len(part)
         written.llm_calls += sum(len(t.llm_calls) for t in part)
@@ -114,8 +112,10 @@ def write_in_parts(
         written.rejected += len(rejects)
         part, rows = [], 0
         if final:
+            if started:
+                con.execute("DELETE FROM sources WHERE path = ?", [parsed.path])  # the mark
             frames["sources"] = writer.source_row(parsed, written.traces, written.rejected)
-        else:
+        elif not started:  # the mark, until the last part replaces it
             placeholder = replace(parsed, result=ParseResult())
             frames["sources"] = writer.source_row(placeholder, 0, 0).with_columns(
                 pl.lit(INTERRUPTED).alias("error")
@@ -136,7 +136,7 @@ def write_in_parts(
     except SourceError as exc:
         failed = writer.ParsedFile(parsed.path, parsed.sha256, parsed.size, None, error=str(exc))
         joins = write_batch(con, [failed], {parsed.path} if started or replaces else set())
-        return failed, Written(rejected=1), joins
+        return failed, Written(), joins
     with store.transaction(con):
         replaced = [parsed.path] if replaces else []
         write_part(final=True)
