@@ -5,6 +5,7 @@ records are read, so such a file is never held whole."""
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
 import shutil
@@ -16,14 +17,15 @@ import pytest
 
 from traceforge import store
 from traceforge.cli import cli
-from traceforge.ingest import ingest_paths, openai_chat, parts, stream, writer
-from traceforge.ingest.sources import Record
+from traceforge.ingest import api_log, ingest_paths, openai_chat, parts, stream, writer
+from traceforge.ingest.sources import Record, SourceError
 from traceforge.model import ParseResult
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import corpus as bench_corpus  # noqa: E402
+from builders import WEATHER_TOOL, OpenAILoop, openai_tool_call, write_jsonl  # noqa: E402
 from store_snapshot import ingest, snapshot  # noqa: E402
 
 
@@ -171,21 +173,117 @@ def test_transcripts_are_handed_out_as_their_records_are_read():
             read.append(number)
             yield Record(number, json.loads(line), line)
 
-    sample = [Record(n, json.loads(line), line) for n, line in enumerate(lines[:50], start=1)]
-    assert openai_chat.streams(sample)
     result = ParseResult()
     traces = openai_chat.stream(records(), "t.jsonl", result)
     first = next(traces)
-    assert first.source_id == "c0" and len(read) <= 2
+    assert first.source_id == "c0" and len(read) <= api_log.LOG_SAMPLE + 1  # the first records tell
     assert [t.source_id for t in traces] == [f"c{n}" for n in range(1, 100)]
     assert result.records == 100 and not result.rejects
 
 
-def test_a_gateway_log_is_not_streamed():
-    """A later request can continue any conversation of a log: its traces come only at its end."""
-    gateway = (REPO / "sample_traces" / "openai_chat_gateway.jsonl").read_text().splitlines()
-    sample = [Record(n, json.loads(line), line) for n, line in enumerate(gateway[:50], start=1)]
-    assert not openai_chat.streams(sample)
+def weather_run(n: int, cities: int) -> OpenAILoop:
+    loop = OpenAILoop(
+        "You are a weather assistant.", f"Weather in {cities} cities, run {n}?", tools=[WEATHER_TOOL]
+    )
+    for i in range(cities):
+        call_id = f"call_{n}_{i}"
+        loop.call(tool_calls=[openai_tool_call(call_id, "get_weather", {"city": f"city-{n}-{i}"})])
+        loop.result(call_id, json.dumps({"city": f"city-{n}-{i}", "temp_c": 10 + i}))
+    loop.call(content="Here is the weather.")
+    return loop
+
+
+def described(trace) -> tuple:
+    return (
+        trace.source_id,
+        trace.parent_source_id,
+        trace.attributes.get("branched_from_line"),
+        [(c.source_line, c.chain_state, c.request_prefixes) for c in trace.llm_calls],
+        [(m.role, m.content, m.call_index) for m in trace.messages],
+        [(t.source_id, t.name, t.result) for t in trace.tool_calls],
+    )
+
+
+def test_a_gateway_log_hands_out_each_conversation_once_its_last_call_is_read(tmp_path):
+    """A later request can continue any conversation of a log, so a first pass finds where each
+    ends; each trace then comes as soon as its last call is read, a branch after the conversation
+    it branched off (whose calls it re-sends), and the traces are `parse`'s."""
+    records = []
+    for n in range(30):  # one after another: each ends before the next begins
+        records += weather_run(n, cities=1 + n % 3).records
+    records += weather_run(200, cities=3).records[2:]  # its first calls are in an earlier file
+    # Two conversations interleaved, one longer; the user edits a reply of the longer one, and the
+    # branch this makes ends long before the conversation it branched off.
+    long, short = weather_run(100, cities=6), weather_run(101, cities=2)
+    branch = OpenAILoop.__new__(OpenAILoop)
+    branch.__dict__.update({**long.__dict__, "messages": list(long.messages[:4]), "records": []})
+    branch.user("Only the first city, please")
+    branch.call(content="Fine.")
+    interleaved = [long.records[0], short.records[0], long.records[1], branch.records[0], short.records[1]]
+    interleaved += [short.records[2], long.records[1], *long.records[2:]]  # a record logged again
+    records += interleaved
+    write_jsonl(tmp_path / "gateway.jsonl", records)
+    lines = (tmp_path / "gateway.jsonl").read_text().splitlines()
+    lines.insert(72, "not json")
+    (tmp_path / "gateway.jsonl").write_text("\n".join(lines) + "\n")
+
+    read = []
+
+    def logged():
+        for number, line in enumerate(lines, start=1):
+            read.append(number)
+            if line != "not json":
+                yield Record(number, json.loads(line), line)
+
+    result = ParseResult()
+    handed_out = []
+    for trace in openai_chat.stream(logged(), str(tmp_path / "gateway.jsonl"), result):
+        handed_out.append((trace, len(read)))
+    whole = openai_chat.parse(logged(), str(tmp_path / "gateway.jsonl"))
+
+    assert sorted(described(t) for t, _ in handed_out) == sorted(described(t) for t in whole.traces)
+    assert sum(bool(t.llm_calls[0].request_prefixes) for t, _ in handed_out) == 1  # found across files
+    assert len(handed_out) == 34 and result.skipped == whole.skipped == {api_log.DUPLICATE: 1}
+    assert result.records == whole.records == len(lines) - 1  # the line that is not JSON is the reader's
+    for trace, when in handed_out:
+        last = max(call.source_line for call in trace.llm_calls)
+        if last > api_log.LOG_SAMPLE:  # read ahead to tell a log from transcripts
+            assert when == last or trace.parent_source_id, (trace.source_id, when, last)
+    order = [trace.source_id for trace, _ in handed_out]
+    parent, child = next((t.parent_source_id, t.source_id) for t, _ in handed_out if t.parent_source_id)
+    assert order.index(parent) == order.index(child) - 1  # at once after it, not before
+    assert handed_out[order.index(child)][1] == len(lines)  # the longer ends last
+
+
+@pytest.mark.parametrize("change", ["appended", "cut", "edited"])
+def test_a_gateway_log_that_changes_between_its_two_passes_fails(tmp_path, change):
+    run = weather_run(1, cities=3).records
+    first_pass = {"appended": run[:2], "cut": run, "edited": run}[change]
+    second_pass = {"appended": run, "cut": run[:2], "edited": [run[0], {"not": "a call"}, *run[2:]]}[change]
+    write_jsonl(tmp_path / "gateway.jsonl", first_pass)
+    records = [Record(n, record, json.dumps(record)) for n, record in enumerate(second_pass, start=1)]
+    with pytest.raises(SourceError, match="the file changed while it was read: ingest it again"):
+        list(openai_chat.stream(records, str(tmp_path / "gateway.jsonl"), ParseResult()))
+
+
+def test_a_big_log_forgets_the_message_keys_it_no_longer_needs(tmp_path, monkeypatch):
+    """The keys of a log's messages are remembered so that a re-sent message is converted once,
+    up to a size: past it the older ones go, and the conversations come out the same."""
+    records = [record for n in range(20) for record in weather_run(n, cities=3).records]
+    write_jsonl(tmp_path / "gateway.jsonl", records)
+    lines = (tmp_path / "gateway.jsonl").read_text().splitlines()
+    as_records = [Record(n, json.loads(line), line) for n, line in enumerate(lines, start=1)]
+    remembered = openai_chat.parse(as_records, "gateway.jsonl").traces
+    held = []
+    real_of = api_log.RequestKeys.of
+    monkeypatch.setattr(api_log, "KNOWN_KEY_CHARS", 2_000)
+    monkeypatch.setattr(
+        api_log.RequestKeys, "of", lambda self, *a: held.append(self.held) or real_of(self, *a)
+    )
+    forgetting = openai_chat.parse(as_records, "gateway.jsonl").traces
+    assert max(held) <= 2_000 < sum(map(len, lines)) // 10
+    assert sum(later < earlier for earlier, later in itertools.pairwise(held)) > 3  # forgotten, often
+    assert [described(t) for t in forgetting] == [described(t) for t in remembered]
 
 
 @pytest.mark.parametrize("content", ["transcripts", "gateway log"])

@@ -34,7 +34,8 @@ from traceforge.model import ParseResult, Reject, Trace
 from traceforge.workers import worker_count
 
 # A file this big (decompressed) whose traces are held until it is all read (every format but
-# streamed transcripts) takes more than its size in memory: the user is told to split it
+# OpenAI and Anthropic transcripts and gateway logs, which stream) takes more than its size in
+# memory: the user is told to split it
 # (docs/ingest.md#big-files).
 BIG_FILE_BYTES = 1 << 30
 # Files are written together until a batch holds about this many rows, or this many bytes of rows
@@ -221,8 +222,8 @@ def big_files(
 ) -> list[tuple[Path, int, bool]]:
     """The files of at least `BIG_FILE_BYTES` (of `content_sizes`) whose traces are held whole while
     they are parsed, with that size and whether they are gzip files. A big file is written in parts
-    (`traceforge.ingest.parts`), but only an adapter that `streams` it hands out its traces as it
-    reads; for the others (gateway logs, spans) the file's traces are all in memory at once
+    (`traceforge.ingest.parts`), but only an adapter that can `stream` it hands out its traces as it
+    reads; for the others (spans, Responses API logs) the file's traces are all in memory at once
     (`adapter`: the format forced, else detected from the file's first records)."""
     return [
         (path, size, compressed)
@@ -246,9 +247,8 @@ def _streams(path: Path, adapter: ModuleType | None) -> bool:
 
 
 def _hands_out_traces(adapter: ModuleType | None, sample: list[Record]) -> bool:
-    """Whether `adapter` `streams` the file these first records open (detect.py's protocol)."""
-    streams = getattr(adapter, "streams", None)
-    return streams is not None and bool(sample) and streams(sample)
+    """Whether `adapter` can `stream` the file these first records open (detect.py's protocol)."""
+    return hasattr(adapter, "stream") and bool(sample)
 
 
 def _resolve_adapter(fmt: str) -> ModuleType | None:

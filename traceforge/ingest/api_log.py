@@ -11,17 +11,20 @@ conversation / session / trace id where they carry one, and by prefix chaining
 
 from __future__ import annotations
 
+import array
 import hashlib
 import itertools
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from traceforge.ingest import grouping, transcript
 from traceforge.ingest.conversation import assemble, default_workload
-from traceforge.ingest.sources import Record
+from traceforge.ingest.sources import Record, SourceError
+from traceforge.ingest.stream import open_records, starts_as_json_lines
 from traceforge.ingest.values import (
     add_ms,
     as_float,
@@ -116,6 +119,18 @@ def parse_or_transcript(records: Iterable[Record], source_path: str, fmt: str) -
     return transcript.parse(everything, source_path, provider_module(fmt))
 
 
+def stream_or_transcript(
+    records: Iterable[Record], source_path: str, fmt: str, result: ParseResult
+) -> Iterator[Trace]:
+    """`parse_or_transcript`'s traces one by one (`stream`, `transcript.traces`)."""
+    records = iter(records)
+    head = list(itertools.islice(records, LOG_SAMPLE))
+    everything = itertools.chain(head, records)
+    if is_log(head):
+        return stream(everything, source_path, result)
+    return transcript.traces(everything, source_path, provider_module(fmt), result)
+
+
 def provider_module(fmt: str) -> ModuleType:
     from traceforge.ingest import anthropic_messages, openai_chat
 
@@ -180,6 +195,10 @@ def _convert(provider: ModuleType, raw_messages: list, system: Any) -> tuple[lis
     return provider.convert_messages(raw_messages)
 
 
+# How much of the messages' keys `RequestKeys` remembers (about twice as many bytes in memory).
+KNOWN_KEY_CHARS = 64 << 20
+
+
 class RequestKeys:
     """The `message_key`s of a logged request's messages, converting each distinct message once.
 
@@ -191,6 +210,7 @@ class RequestKeys:
 
     def __init__(self) -> None:
         self.known: dict[bytes, tuple[str, ...]] = {}
+        self.held = 0  # characters of the keys remembered
 
     def of(self, provider: ModuleType, raw_messages: list, system: Any) -> list[str]:
         keys = [message_key(m) for m in _convert(provider, [], system)[0]] if system else []
@@ -206,6 +226,9 @@ class RequestKeys:
             found = self.known.get(digest)
             if found is None:
                 found = self.known[digest] = tuple(message_key(m) for m in _convert(provider, [raw], None)[0])
+                self.held += sum(map(len, found))
+                if self.held > KNOWN_KEY_CHARS:  # a conversation re-sends its recent messages: forget
+                    self.known, self.held = {digest: found}, sum(map(len, found))  # the rest: not held
             keys.extend(found)
         return keys
 
@@ -213,8 +236,9 @@ class RequestKeys:
 _RAW_ENCODER = json.JSONEncoder(ensure_ascii=False, check_circular=False)
 
 
-def exchange_of(record: Record, keys: RequestKeys) -> Exchange | Reject:
-    """A log record's call, converted, or why it cannot be used."""
+def exchange_of(record: Record, keys: RequestKeys | None) -> Exchange | Reject:
+    """A log record's call, converted, or why it cannot be used; without its request's message keys
+    where `keys` is None (a call whose chaining is known already: `stream`)."""
     request, response, value = unwrap(record.value)
     if request is None:
         return Reject(record.line, "not an API log record: no request with a `messages` list", record.raw)
@@ -242,7 +266,7 @@ def exchange_of(record: Record, keys: RequestKeys) -> Exchange | Reject:
         source_format=provider.FORMAT,
         request=[],
         errors={},
-        request_keys=keys.of(provider, raw_messages, system),
+        request_keys=keys.of(provider, raw_messages, system) if keys is not None else None,
         convert_request=lambda: _convert(provider, raw_messages, system),
         response=added,
         call=call,
@@ -277,11 +301,89 @@ def apply_timing(call: LlmCall, value: dict, response: dict) -> None:
 
 
 DUPLICATE = "duplicate record"  # the same response logged again (a shipper's retry)
+FILE_CHANGED = "the file changed while it was read: ingest it again"
 
 
 def parse(records: Iterable[Record], source_path: str) -> ParseResult:
     result = ParseResult()
     conversations = Conversations(rejoinable=True)
+    for exchange in _exchanges(records, result):
+        conversations.add(exchange)
+    result.traces.extend(conversations.traces())
+    return result
+
+
+def stream(records: Iterable[Record], source_path: str, result: ParseResult) -> Iterator[Trace]:
+    """`parse`'s traces one by one, each as soon as its conversation's last call is read, so that a
+    big log is not held whole (`traceforge.ingest.parts`).
+
+    A later request can continue any conversation, so where each ends is only known at the end of
+    the file: a first pass reads the file again from `source_path` and chains its requests without
+    keeping them (`plan`); `records` are then converted without being hashed or chained again. A
+    trace that branched off another comes after it, as in `parse`; others come in the order their
+    conversations end. A file that is not JSON Lines is parsed whole."""
+    path = Path(source_path)
+    if not starts_as_json_lines(path):
+        yield from parse(records, source_path).drain_into(result)
+        return
+    conversations = Conversations(rejoinable=True, plan=plan(open_records(path, []).records))
+    for record in records:
+        result.records += 1
+        converted = exchange_of(record, None)
+        if isinstance(converted, Reject):
+            result.rejects.append(converted)
+        elif conversations.add_planned(converted):
+            yield from conversations.ended()
+        else:
+            result.skip(DUPLICATE)
+    conversations.check_planned()
+
+
+@dataclass
+class LogPlan:
+    """What a first pass over a log learns (`plan`), so that the second neither hashes nor chains:
+    per call kept, in order, its line, its conversation, its state after the response (16 bytes
+    each) and how many messages its request held; the prefix hashes of the requests that open a
+    conversation mid-way; and each conversation's last call."""
+
+    chains: list[grouping.Chain]
+    lines: array.array = field(default_factory=lambda: array.array("q"))
+    chain_of: array.array = field(default_factory=lambda: array.array("q"))
+    states: bytearray = field(default_factory=bytearray)
+    request_lengths: array.array = field(default_factory=lambda: array.array("q"))
+    opening_prefixes: dict[int, list[bytes]] = field(default_factory=dict)
+    ends: list[int] = field(default_factory=list)
+
+
+def plan(records: Iterable[Record]) -> LogPlan:
+    """A log's `LogPlan`: its calls chained as `Conversations` chains them, holding a few dozen
+    bytes per call, none of their content."""
+    chainer = grouping.Chainer()
+    found = LogPlan(chainer.chains)
+    scratch = ParseResult()
+    for exchange in _exchanges(records, scratch):
+        scratch.rejects.clear()
+        hash_chain(exchange)
+        chain = chainer.add(exchange.prefixes, exchange.state, exchange.key)
+        item = len(found.lines)
+        if chain == len(found.ends):
+            found.ends.append(item)
+            if chainer.chains[chain].parent is None and exchange.opens_mid_conversation:
+                found.opening_prefixes[item] = exchange.prefixes
+        else:
+            found.ends[chain] = item
+        found.lines.append(exchange.line)
+        found.chain_of.append(chain)
+        found.states += exchange.state
+        found.request_lengths.append(exchange.request_length)
+    for chain in chainer.chains:
+        chain.items = []  # the chainer's, not needed past it
+    return found
+
+
+def _exchanges(records: Iterable[Record], result: ParseResult) -> Iterator[Exchange]:
+    """The log's calls, converted, but for the records rejected and the responses logged again
+    (counted into `result`)."""
     keys = RequestKeys()
     logged = LoggedOnce()
     for record in records:
@@ -292,9 +394,7 @@ def parse(records: Iterable[Record], source_path: str) -> ParseResult:
         elif logged.again(converted):
             result.skip(DUPLICATE)
         else:
-            conversations.add(converted)
-    result.traces.extend(conversations.traces())
-    return result
+            yield converted
 
 
 class LoggedOnce:
@@ -372,72 +472,132 @@ class Conversations:
     messages its request held, the latest exchange's request, and the tool definitions. A log's
     requests re-send the whole conversation each time, so keeping every request would take memory
     growing with the square of a conversation's length; this keeps it linear.
+
+    Given a `plan` (`plan`: the log's chaining, from a first pass over it), exchanges are added as
+    it chained them (`add_planned`), and a conversation's trace is built as soon as its last exchange
+    is added; `ended` hands it out. What is held is then the conversations still going on, not the
+    log. Otherwise `traces` builds them all at the end.
     """
 
-    def __init__(self, shape: str = "api-log", rejoinable: bool = False) -> None:
+    def __init__(self, shape: str = "api-log", rejoinable: bool = False, plan: LogPlan | None = None) -> None:
         self.shape = shape
         # Keep on each call what finds its conversation's parts in other files (`ingest.log_joins`):
         # its `chain_state`, and an opening call's `request_prefixes`.
         self.rejoinable = rejoinable
+        self.plan = plan
         self.chainer = grouping.Chainer()
-        self.exchanges: list[list[Exchange]] = []  # per conversation
+        self.chains = plan.chains if plan is not None else self.chainer.chains
+        # Per conversation, until its trace is built (then None): its exchanges, the number of
+        # messages each request held, and the tool definitions.
+        self.exchanges: list[list[Exchange] | None] = []
         self.request_lengths: list[list[int]] = []
         self.tool_defs: list[dict[str, ToolDef]] = []
-        self.heads: list[tuple[bytes, int]] = []  # per conversation: its first exchange's state, line
-        self.lines: list[int] = []  # per exchange, in the order added
+        self.source_ids: list[str] = []
+        self.key_counts: dict[str, int] = {}
+        self.lines = array.array("q")  # per exchange, in the order added
+        self.built: list[Trace] = []  # traces built and not handed out yet
+        self.waiting: dict[int, list[int]] = {}  # conversation -> its ended branches, built after it
 
     def add(self, exchange: Exchange) -> None:
         hash_chain(exchange)
         prefixes, exchange.prefixes = exchange.prefixes, []
-        chain = self.chainer.add(prefixes, exchange.state, exchange.key)
+        self._place(exchange, self.chainer.add(prefixes, exchange.state, exchange.key), prefixes)
+
+    def add_planned(self, exchange: Exchange) -> bool:
+        """Add the plan's next exchange, with the state, request length and conversation the plan
+        holds for it; False for an exchange before it, which the plan left out (a response logged
+        again). Raises SourceError where the file no longer holds what the plan read."""
+        plan, item = self.plan, len(self.lines)
+        if item < len(plan.lines) and exchange.line < plan.lines[item]:
+            return False
+        if item >= len(plan.lines) or exchange.line != plan.lines[item]:
+            raise SourceError(FILE_CHANGED)
+        exchange.state = bytes(plan.states[16 * item : 16 * item + 16])
+        exchange.request_length = plan.request_lengths[item]
+        prefixes = plan.opening_prefixes.pop(item, [])
+        exchange.opens_mid_conversation = bool(prefixes)
+        exchange.hashed, exchange.request_keys = True, None
+        self._place(exchange, plan.chain_of[item], prefixes)
+        if item == plan.ends[plan.chain_of[item]]:
+            self._end(plan.chain_of[item])
+        return True
+
+    def check_planned(self) -> None:
+        """Raise SourceError unless every exchange of the plan was added."""
+        if len(self.lines) != len(self.plan.lines):
+            raise SourceError(FILE_CHANGED)
+
+    def _place(self, exchange: Exchange, chain: int, prefixes: list[bytes]) -> None:
+        """Add an exchange to the conversation `chain` (a new one: the next number)."""
         self.lines.append(exchange.line)
         if self.rejoinable:
             exchange.call.chain_state = exchange.state.hex()
-            opens = chain == len(self.exchanges) and self.chainer.chains[chain].parent is None
+            opens = chain == len(self.exchanges) and self.chains[chain].parent is None
             if opens and exchange.opens_mid_conversation:
                 exchange.call.request_prefixes = [digest.hex() for digest in prefixes]
         if chain == len(self.exchanges):
-            self.exchanges.append([])
-            self.request_lengths.append([])
-            self.tool_defs.append({})
-            self.heads.append((exchange.state, exchange.line))
-        elif self.exchanges[chain]:
-            superseded = self.exchanges[chain][-1]  # the new request holds its request again
+            self._open(chain, exchange)
+        held = self.exchanges[chain]
+        if held:
+            superseded = held[-1]  # the new request holds its request again
             superseded.request, superseded.convert_request = [], None
-        self.exchanges[chain].append(exchange)
+        held.append(exchange)
         self.request_lengths[chain].append(exchange.request_length)
         for definition in exchange.tool_defs:
             self.tool_defs[chain][definition.name] = definition
         exchange.tool_defs = []
 
+    def _open(self, chain: int, exchange: Exchange) -> None:
+        """A new conversation, named by its explicit id (numbered when a log holds it again) or by
+        its first exchange."""
+        key = self.chains[chain].key
+        if key is not None:
+            n = self.key_counts[key] = self.key_counts.get(key, 0) + 1
+            self.source_ids.append(key if n == 1 else f"{key}/{n}")
+        else:
+            self.source_ids.append("conv-" + stable_id(exchange.state.hex(), exchange.line))
+        self.exchanges.append([])
+        self.request_lengths.append([])
+        self.tool_defs.append({})
+
+    def _end(self, chain: int) -> None:
+        """Build an ended conversation's trace, after the conversation it branched off (whose
+        tool calls it re-sends: they keep their ids in the first trace written), and then those of
+        its branches that have ended."""
+        parent = self.chains[chain].parent
+        if parent is not None and self.exchanges[parent] is not None:
+            self.waiting.setdefault(parent, []).append(chain)
+            return
+        self.built.append(self._build(chain))
+        for branch in self.waiting.pop(chain, []):
+            self._end(branch)
+
+    def _build(self, index: int) -> Trace:
+        chain = self.chains[index]
+        exchanges = self.exchanges[index]
+        exchanges[-1].materialize()
+        trace = _trace(
+            chain,
+            exchanges,
+            self.request_lengths[index],
+            list(self.tool_defs[index].values()),
+            self.source_ids[index],
+            self.shape,
+        )
+        if chain.parent is not None:
+            trace.parent_source_id = self.source_ids[chain.parent]
+            trace.attributes["branched_from_line"] = self.lines[chain.branch_item]
+        self.exchanges[index], self.request_lengths[index], self.tool_defs[index] = None, [], {}
+        return trace
+
+    def ended(self) -> Iterator[Trace]:
+        """The traces of the conversations that have ended since last asked (given a `plan`)."""
+        built, self.built = self.built, []
+        return iter(built)
+
     def traces(self) -> list[Trace]:
-        chains = self.chainer.chains
-        source_ids: list[str] = []
-        key_counts: dict[str, int] = {}
-        for index, chain in enumerate(chains):
-            if chain.key is not None:
-                key_counts[chain.key] = key_counts.get(chain.key, 0) + 1
-                n = key_counts[chain.key]
-                source_ids.append(chain.key if n == 1 else f"{chain.key}/{n}")
-            else:
-                state, line = self.heads[index]
-                source_ids.append("conv-" + stable_id(state.hex(), line))
-        traces = []
-        for index, chain in enumerate(chains):
-            self.exchanges[index][-1].materialize()
-            trace = _trace(
-                chain,
-                self.exchanges[index],
-                self.request_lengths[index],
-                list(self.tool_defs[index].values()),
-                source_ids[index],
-                self.shape,
-            )
-            if chain.parent is not None:
-                trace.parent_source_id = source_ids[chain.parent]
-                trace.attributes["branched_from_line"] = self.lines[chain.branch_item]
-            traces.append(trace)
-        return traces
+        """The traces of every conversation not built yet, in the order they began."""
+        return [self._build(index) for index, held in enumerate(self.exchanges) if held is not None]
 
 
 def _trace(

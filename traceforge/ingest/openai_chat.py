@@ -213,12 +213,6 @@ def parse(records: Iterable[Record], source_path: str) -> ParseResult:
     return api_log.parse_or_transcript(records, source_path, FORMAT)
 
 
-def streams(sample: list[Record]) -> bool:
-    """Whether `stream` can hand out a file's traces as it reads: transcripts, one conversation per
-    record, yes; a per-request log, whose conversations a later request can continue, no."""
-    return not api_log.is_log(sample)
-
-
 def stream(records: Iterable[Record], source_path: str, result: ParseResult) -> Iterator[Trace]:
-    """A file of transcripts' traces one by one (`transcript.traces`)."""
-    return transcript.traces(records, source_path, api_log.provider_module(FORMAT), result)
+    """A file's traces one by one: transcripts' (`transcript.traces`) or a log's (`api_log.stream`)."""
+    return api_log.stream_or_transcript(records, source_path, FORMAT, result)
