@@ -17,7 +17,7 @@ import pytest
 
 from traceforge import store
 from traceforge.cli import cli
-from traceforge.ingest import api_log, ingest_paths, openai_chat, parts, stream, writer
+from traceforge.ingest import api_log, ingest_paths, openai_chat, otlp, parts, stream, writer
 from traceforge.ingest.sources import Record, SourceError
 from traceforge.model import ParseResult
 
@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import corpus as bench_corpus  # noqa: E402
+import recut_logs  # noqa: E402
 from builders import WEATHER_TOOL, OpenAILoop, openai_tool_call, write_jsonl  # noqa: E402
 from store_snapshot import ingest, snapshot  # noqa: E402
 
@@ -264,6 +265,72 @@ def test_a_gateway_log_that_changes_between_its_two_passes_fails(tmp_path, chang
     records = [Record(n, record, json.dumps(record)) for n, record in enumerate(second_pass, start=1)]
     with pytest.raises(SourceError, match="the file changed while it was read: ingest it again"):
         list(openai_chat.stream(records, str(tmp_path / "gateway.jsonl"), ParseResult()))
+
+
+def otel_export(logs: Path, folder: Path) -> Path:
+    """The corpus's OTel export with each trace's spans in two batches, the second after the next
+    trace's first (`recut_logs.recut_otlp`), and log records at the end: one naming a span of the
+    first trace, one naming no span the file holds."""
+    (exported,) = recut_logs.recut_otlp(logs / "corpus", folder, 1)
+    lines = exported.read_text().splitlines()
+    first = json.loads(lines[0])["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    logged = [
+        {"traceId": first["traceId"], "spanId": first["spanId"], "eventName": "gen_ai.user.message"},
+        {"traceId": "ab" * 16, "spanId": "cd" * 8, "eventName": "gen_ai.user.message"},
+    ]
+    for event in logged:
+        event["body"] = {"kvlistValue": {"values": [{"key": "content", "value": {"stringValue": "hi"}}]}}
+    lines.append(json.dumps({"resourceLogs": [{"scopeLogs": [{"logRecords": logged}]}]}))
+    exported.write_text("\n".join(lines) + "\n")
+    return exported
+
+
+def trace_rows(trace) -> tuple:
+    return (
+        trace.source_id,
+        trace.source_line,
+        [(c.source_id, c.model, c.input_tokens, c.output_tokens) for c in trace.llm_calls],
+        [(m.role, m.content, m.call_index) for m in trace.messages],
+        [(t.source_id, t.name, t.result) for t in trace.tool_calls],
+        sorted(trace.attributes.items(), key=str),
+    )
+
+
+def test_an_otel_export_hands_out_each_trace_once_its_last_span_is_read(logs, tmp_path):
+    """A trace's spans can come anywhere in an export, so a first pass finds the record that holds
+    each trace's last span or log record; the trace comes as soon as that record is read, and the
+    traces, counts and skips are `parse`'s."""
+    exported = otel_export(logs, tmp_path / "cut")
+    lines = exported.read_text().splitlines()
+    read = []
+
+    def records():
+        for number, line in enumerate(lines, start=1):
+            read.append(number)
+            yield Record(number, json.loads(line), line)
+
+    result = ParseResult()
+    handed_out = [(trace, len(read)) for trace in otlp.stream(records(), str(exported), result)]
+    whole = otlp.parse(records(), str(exported))
+
+    assert len(handed_out) == len(whole.traces) >= 5
+    assert sorted(trace_rows(t) for t, _ in handed_out) == sorted(trace_rows(t) for t in whole.traces)
+    assert (result.records, len(result.rejects), result.skipped) == (whole.records, 0, whole.skipped)
+    assert result.skipped["log record whose span is not in this file"] == 1  # the other is attached
+    for trace, when in handed_out:
+        if trace.source_line == 1:  # the first trace: a log record at the end names its span
+            assert when == len(lines)
+        else:
+            spans = [n for n, line in enumerate(lines, start=1) if trace.source_id in line]
+            assert when == max(spans) < len(lines), trace.source_id  # its second batch
+
+
+def test_an_otel_export_that_changes_between_its_two_passes_fails(logs, tmp_path):
+    exported = otel_export(logs, tmp_path / "cut")
+    lines = exported.read_text().splitlines()
+    records = [Record(n, json.loads(line), line) for n, line in enumerate(lines[:-2], start=1)]  # cut
+    with pytest.raises(SourceError, match="the file changed while it was read: ingest it again"):
+        list(otlp.stream(records, str(exported), ParseResult()))
 
 
 def test_a_big_log_forgets_the_message_keys_it_no_longer_needs(tmp_path, monkeypatch):

@@ -17,14 +17,13 @@ import itertools
 import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from traceforge.ingest import grouping, transcript
 from traceforge.ingest.conversation import assemble, default_workload
 from traceforge.ingest.sources import Record, SourceError
-from traceforge.ingest.stream import open_records, starts_as_json_lines
+from traceforge.ingest.stream import FILE_CHANGED, first_pass
 from traceforge.ingest.values import (
     add_ms,
     as_float,
@@ -301,7 +300,6 @@ def apply_timing(call: LlmCall, value: dict, response: dict) -> None:
 
 
 DUPLICATE = "duplicate record"  # the same response logged again (a shipper's retry)
-FILE_CHANGED = "the file changed while it was read: ingest it again"
 
 
 def parse(records: Iterable[Record], source_path: str) -> ParseResult:
@@ -322,11 +320,11 @@ def stream(records: Iterable[Record], source_path: str, result: ParseResult) -> 
     keeping them (`plan`); `records` are then converted without being hashed or chained again. A
     trace that branched off another comes after it, as in `parse`; others come in the order their
     conversations end. A file that is not JSON Lines is parsed whole."""
-    path = Path(source_path)
-    if not starts_as_json_lines(path):
+    first = first_pass(source_path)
+    if first is None:
         yield from parse(records, source_path).drain_into(result)
         return
-    conversations = Conversations(rejoinable=True, plan=plan(open_records(path, []).records))
+    conversations = Conversations(rejoinable=True, plan=plan(first))
     for record in records:
         result.records += 1
         converted = exchange_of(record, None)

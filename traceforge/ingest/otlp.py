@@ -22,7 +22,7 @@ plus rejected plus skipped spans.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 
 from traceforge.ingest.conversation import assemble, default_workload, looks_like_error
@@ -40,8 +40,9 @@ from traceforge.ingest.otel_dialects import (
     workflow_name,
 )
 from traceforge.ingest.otel_messages import Messages, input_messages, output_messages
-from traceforge.ingest.otel_wire import EPOCH, STATUS_ERROR, STATUS_OK, LogEvent, Span, read, shape_of
-from traceforge.ingest.sources import Record
+from traceforge.ingest.otel_wire import EPOCH, STATUS_ERROR, STATUS_OK, Batch, LogEvent, Span, read, shape_of
+from traceforge.ingest.sources import Record, SourceError
+from traceforge.ingest.stream import FILE_CHANGED, first_pass
 from traceforge.ingest.values import duration_ms
 from traceforge.model import Message, ParseResult, ToolCall, Trace
 
@@ -65,6 +66,48 @@ def parse(records: Iterable[Record], source_path: str) -> ParseResult:
     return result
 
 
+def stream(records: Iterable[Record], source_path: str, result: ParseResult) -> Iterator[Trace]:
+    """`parse`'s traces one by one, each as soon as the last record holding one of its spans (or a
+    log record naming one) is read, so that a big export is not held whole
+    (`traceforge.ingest.parts`). A trace's spans can come anywhere in an export, so a first pass
+    finds that record (`last_lines`); traces then come in the order they end. A file that is not
+    JSON Lines is parsed whole."""
+    first = first_pass(source_path)
+    if first is None:
+        yield from parse(records, source_path).drain_into(result)
+        return
+    last = last_lines(first)
+    spans: dict[str, list[Span]] = {}
+    events: dict[str, list[LogEvent]] = {}
+    for record in records:
+        batch = read(record)
+        _count(batch, result)
+        for span in batch.spans:
+            spans.setdefault(span.trace_id, []).append(span)
+        for event in batch.log_events:
+            events.setdefault(event.trace_id, []).append(event)
+        held = dict.fromkeys(item.trace_id for item in (*batch.spans, *batch.log_events))
+        for trace_id in (trace_id for trace_id in held if last.get(trace_id) == record.line):
+            ended = {trace_id: spans.pop(trace_id)} if trace_id in spans else {}
+            attach_log_events(ended, events.pop(trace_id, []), result)
+            trace = build_trace(trace_id, ended[trace_id], result) if ended else None
+            if trace is not None:
+                yield trace
+    if spans or events:
+        raise SourceError(FILE_CHANGED)
+
+
+def last_lines(records: Iterable[Record]) -> dict[str, int]:
+    """Per trace id, the line of the last record holding one of its spans or a log record naming
+    one: where `stream` can build the trace."""
+    last: dict[str, int] = {}
+    for record in records:
+        batch = read(record)
+        for item in (*batch.spans, *batch.log_events):
+            last[item.trace_id] = record.line
+    return last
+
+
 def spans_of(
     records: Iterable[Record], trace_ids: set[str] | None = None, result: ParseResult | None = None
 ) -> tuple[dict[str, list[Span]], list[LogEvent]]:
@@ -76,15 +119,19 @@ def spans_of(
     for record in records:
         batch = read(record)
         if result is not None:
-            result.records += batch.units
-            result.rejects.extend(batch.rejects)
-            for kind, n in batch.skipped.items():
-                result.skip(kind, n)
+            _count(batch, result)
         for span in batch.spans:
             if trace_ids is None or span.trace_id in trace_ids:
                 by_trace.setdefault(span.trace_id, []).append(span)
         log_events.extend(e for e in batch.log_events if trace_ids is None or e.trace_id in trace_ids)
     return by_trace, log_events
+
+
+def _count(batch: Batch, result: ParseResult) -> None:
+    result.records += batch.units
+    result.rejects.extend(batch.rejects)
+    for kind, n in batch.skipped.items():
+        result.skip(kind, n)
 
 
 def attach_log_events(by_trace: dict[str, list[Span]], events: list[LogEvent], result: ParseResult) -> None:

@@ -127,6 +127,19 @@ def starts_as_json_lines(path: Path) -> bool:
         return False
 
 
+# Why a file read twice (`first_pass`) fails when the second reading differs from the first.
+FILE_CHANGED = "the file changed while it was read: ingest it again"
+
+
+def first_pass(source_path: str) -> Iterator[Record] | None:
+    """A big file's records read once more, for an adapter that must see them all before it can
+    hand out any trace (where a conversation ends, which record holds a trace's last span), or None
+    for a file that is not JSON Lines: read whole, it is parsed whole. Lines that are not JSON are
+    skipped here; the second reading rejects them."""
+    path = Path(source_path)
+    return open_records(path, []).records if starts_as_json_lines(path) else None
+
+
 def _gzip_error(exc: BaseException) -> SourceError:
     return SourceError(
         f"corrupt or truncated gzip data ({exc}); re-copy the file or gunzip it to see what is recoverable"
