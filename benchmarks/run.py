@@ -69,7 +69,7 @@ SIZES = {
         "scale": ("mixed", 1_000_000, None),
         "long": ("long", 5_000, None),
         "small": ("small", None, 100_000),
-        "big_file": 500_000,  # a 1 GB transcripts file, a 0.9 GB gateway log
+        "big_file": 500_000,  # a 1 GB transcripts file, a 0.9 GB gateway log, a 0.4 GB OTel export
     },
 }
 
@@ -320,8 +320,8 @@ def corpus_for(
 
 
 def big_file_table(mode: str, scratch: Path, workers: int | None, note: Any) -> Any:
-    """Peak RSS of one big file (transcripts, a gateway log) ingested alone, against half its lines
-    and against all of them in files of 64 MB: whether memory grows with one file."""
+    """Peak RSS of one big file (transcripts, a gateway log, an OTel export) ingested alone, against
+    half its lines and against all of them in files of 64 MB: whether memory grows with one file."""
     from rich.table import Table
 
     from traceforge.ingest.parts import PARTS_MIN_BYTES
@@ -333,7 +333,7 @@ def big_file_table(mode: str, scratch: Path, workers: int | None, note: Any) -> 
     )
     for column in ("file", "MB", "traces", "tool calls", "ingest s", "peak RSS MB", "against 64 MB files"):
         table.add_column(column, justify="right" if column != "file" else "left")
-    for fmt in ("transcripts", "openai-log"):
+    for fmt in ("transcripts", "openai-log", "otlp"):
         source = next(folder.glob(f"{fmt}-*.jsonl"))
         measured = {}
         for layout in ("split", "half", "whole"):

@@ -86,8 +86,8 @@ def stream(records: Iterable[Record], source_path: str, result: ParseResult) -> 
             spans.setdefault(span.trace_id, []).append(span)
         for event in batch.log_events:
             events.setdefault(event.trace_id, []).append(event)
-        held = dict.fromkeys(item.trace_id for item in (*batch.spans, *batch.log_events))
-        for trace_id in (trace_id for trace_id in held if last.get(trace_id) == record.line):
+        named = dict.fromkeys(item.trace_id for item in (*batch.spans, *batch.log_events))
+        for trace_id in (trace_id for trace_id in named if last.get(trace_id) == record.line):
             ended = {trace_id: spans.pop(trace_id)} if trace_id in spans else {}
             attach_log_events(ended, events.pop(trace_id, []), result)
             trace = build_trace(trace_id, ended[trace_id], result) if ended else None
