@@ -446,6 +446,33 @@ def test_a_file_in_parts_says_how_much_of_it_is_read(tmp_path, monkeypatch, comp
     assert read == sorted(read) and read[0] < size and read[-1] == size
 
 
+@pytest.mark.parametrize("compressed", [False, True])
+def test_a_file_read_twice_counts_both_readings_in_how_much_is_read(tmp_path, monkeypatch, compressed):
+    """A gateway log is read twice: its first pass reports as it goes, and the progress runs over
+    twice its size, the first reading's bytes, then the second's after them."""
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 65536)
+    monkeypatch.setattr(stream, "PROGRESS_RECORDS", 50)
+    in_parts(monkeypatch, rows=200)
+    runs = [weather_run(n, cities=3) for n in range(150)]
+    for run in runs:  # a field gzip cannot shrink, so that a gzip file is read over many chunks too
+        for record in run.records:
+            record["metadata"] = {"noise": os.urandom(400).hex()}
+    path = write_jsonl(
+        tmp_path / "gateway.jsonl", [r for run in runs for r in run.records], compress=compressed
+    )
+    reported = []
+    con = store.connect(tmp_path / "s.duckdb")
+    report = ingest_paths(con, [path], on_part=lambda *args: reported.append(args))
+    con.close()
+    assert report.totals()["traces"] == 150
+    size = path.stat().st_size
+    assert {(p, s) for p, _, s in reported} == {(path, 2 * size)}
+    read = [r for _, r, _ in reported]
+    assert read == sorted(read) and read[-1] == 2 * size
+    first, second = [r for r in read if r <= size], [r for r in read if r > size]
+    assert len(first) > 3 and first[-1] == size and len(second) > 3  # both readings, as they go
+
+
 def test_an_id_a_file_holds_more_times_than_a_part_is_numbered_as_in_the_whole_file(tmp_path, monkeypatch):
     """The same conversation logged ten times: the whole file names them x, x@<hash>, x@<hash>~2,
     ... x@<hash>~9; written a trace a part, each part must see the numbered ids the parts before

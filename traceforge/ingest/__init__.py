@@ -108,7 +108,9 @@ def ingest_paths(
     per file. `on_file(path, index, total)` is called as each file is taken up, for progress display;
     `on_big_file(path, size, compressed)` before any is read, for each new or changed file of at
     least `BIG_FILE_BYTES` decompressed (see `big_files`); `on_part(path, read, size)` after each
-    part of a file written in parts (`traceforge.ingest.parts`), with the bytes of it read so far.
+    part of a file written in parts (`traceforge.ingest.parts`), with the bytes of it read so far
+    out of those to read: its size on disk, or twice that for a file read twice (a gateway log, an
+    OTel export), whose first pass reports as it goes.
     `workers` processes parse files while this one writes (`traceforge.ingest.parallel`); by default
     one per CPU when the files hold more than `parallel.PARALLEL_MIN_BYTES`, else files are parsed
     here. The store ends up the same either way.
@@ -370,13 +372,22 @@ def _ingest_in_parts(
     if opened.records is None:
         return _file_report(parsed), parallel.write_batch(con, [parsed], {parsed.path} if replaces else set())
     chosen = opened.adapter
+    first_read: list[int] = []  # what a first pass over the file has read, for one read twice
+
+    def first_progress(read: int) -> None:
+        first_read[:] = [read]
+        if on_part:
+            on_part(path, read, 2 * parsed.size)
+
     if _hands_out_traces(chosen, opened.sample):
-        traces = chosen.stream(opened.records, parsed.path, parsed.result)
+        traces = chosen.stream(opened.records, parsed.path, parsed.result, on_first_pass=first_progress)
     else:
         traces = _parsed_whole(chosen, opened.records, parsed)
 
     def progress() -> None:
-        if on_part:
+        if on_part and first_read:
+            on_part(path, parsed.size + opened.bytes_read(), 2 * parsed.size)
+        elif on_part:
             on_part(path, opened.bytes_read(), parsed.size)
 
     parsed, written, joins = parts.write_in_parts(con, parsed, traces, opened.rejects, replaces, progress)

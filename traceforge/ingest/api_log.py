@@ -119,14 +119,18 @@ def parse_or_transcript(records: Iterable[Record], source_path: str, fmt: str) -
 
 
 def stream_or_transcript(
-    records: Iterable[Record], source_path: str, fmt: str, result: ParseResult
+    records: Iterable[Record],
+    source_path: str,
+    fmt: str,
+    result: ParseResult,
+    on_first_pass: Callable[[int], None] | None = None,
 ) -> Iterator[Trace]:
     """`parse_or_transcript`'s traces one by one (`stream`, `transcript.traces`)."""
     records = iter(records)
     head = list(itertools.islice(records, LOG_SAMPLE))
     everything = itertools.chain(head, records)
     if is_log(head):
-        return stream(everything, source_path, result)
+        return stream(everything, source_path, result, on_first_pass)
     return transcript.traces(everything, source_path, provider_module(fmt), result)
 
 
@@ -311,7 +315,12 @@ def parse(records: Iterable[Record], source_path: str) -> ParseResult:
     return result
 
 
-def stream(records: Iterable[Record], source_path: str, result: ParseResult) -> Iterator[Trace]:
+def stream(
+    records: Iterable[Record],
+    source_path: str,
+    result: ParseResult,
+    on_first_pass: Callable[[int], None] | None = None,
+) -> Iterator[Trace]:
     """`parse`'s traces one by one, each as soon as its conversation's last call is read, so that a
     big log is not held whole (`traceforge.ingest.parts`).
 
@@ -319,8 +328,9 @@ def stream(records: Iterable[Record], source_path: str, result: ParseResult) -> 
     the file: a first pass reads the file again from `source_path` and chains its requests without
     keeping them (`plan`); `records` are then converted without being hashed or chained again. A
     trace that branched off another comes after it, as in `parse`; others come in the order their
-    conversations end. A file that is not JSON Lines is parsed whole."""
-    first = first_pass(source_path)
+    conversations end. A file that is not JSON Lines is parsed whole. `on_first_pass`: see
+    `stream.first_pass`."""
+    first = first_pass(source_path, on_first_pass)
     if first is None:
         yield from parse(records, source_path).drain_into(result)
         return

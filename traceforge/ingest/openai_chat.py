@@ -8,7 +8,7 @@ Handles `tool_calls` with string arguments, parallel tool calls, `role: tool` re
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from traceforge.ingest import api_log, transcript
@@ -213,6 +213,11 @@ def parse(records: Iterable[Record], source_path: str) -> ParseResult:
     return api_log.parse_or_transcript(records, source_path, FORMAT)
 
 
-def stream(records: Iterable[Record], source_path: str, result: ParseResult) -> Iterator[Trace]:
+def stream(
+    records: Iterable[Record],
+    source_path: str,
+    result: ParseResult,
+    on_first_pass: Callable[[int], None] | None = None,
+) -> Iterator[Trace]:
     """A file's traces one by one: transcripts' (`transcript.traces`) or a log's (`api_log.stream`)."""
-    return api_log.stream_or_transcript(records, source_path, FORMAT, result)
+    return api_log.stream_or_transcript(records, source_path, FORMAT, result, on_first_pass)

@@ -22,7 +22,7 @@ plus rejected plus skipped spans.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 
 from traceforge.ingest.conversation import assemble, default_workload, looks_like_error
@@ -66,13 +66,18 @@ def parse(records: Iterable[Record], source_path: str) -> ParseResult:
     return result
 
 
-def stream(records: Iterable[Record], source_path: str, result: ParseResult) -> Iterator[Trace]:
+def stream(
+    records: Iterable[Record],
+    source_path: str,
+    result: ParseResult,
+    on_first_pass: Callable[[int], None] | None = None,
+) -> Iterator[Trace]:
     """`parse`'s traces one by one, each as soon as the last record holding one of its spans (or a
     log record naming one) is read, so that a big export is not held whole
     (`traceforge.ingest.parts`). A trace's spans can come anywhere in an export, so a first pass
     finds that record (`last_lines`); traces then come in the order they end. A file that is not
-    JSON Lines is parsed whole."""
-    first = first_pass(source_path)
+    JSON Lines is parsed whole. `on_first_pass`: see `stream.first_pass`."""
+    first = first_pass(source_path, on_first_pass)
     if first is None:
         yield from parse(records, source_path).drain_into(result)
         return

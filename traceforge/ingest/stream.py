@@ -20,7 +20,7 @@ import functools
 import gzip
 import json
 import zlib
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -129,15 +129,28 @@ def starts_as_json_lines(path: Path) -> bool:
 
 # Why a file read twice (`first_pass`) fails when the second reading differs from the first.
 FILE_CHANGED = "the file changed while it was read: ingest it again"
+PROGRESS_RECORDS = 2048  # how often `first_pass` reports how far it has read
 
 
-def first_pass(source_path: str) -> Iterator[Record] | None:
+def first_pass(source_path: str, on_read: Callable[[int], None] | None = None) -> Iterator[Record] | None:
     """A big file's records read once more, for an adapter that must see them all before it can
     hand out any trace (where a conversation ends, which record holds a trace's last span), or None
     for a file that is not JSON Lines: read whole, it is parsed whole. Lines that are not JSON are
-    skipped here; the second reading rejects them."""
+    skipped here; the second reading rejects them. `on_read(bytes)` is told, every few thousand
+    records and at the end, how many of the file's bytes on disk this reading has read."""
     path = Path(source_path)
-    return open_records(path, []).records if starts_as_json_lines(path) else None
+    if not starts_as_json_lines(path):
+        return None
+    opened = open_records(path, [])
+    return opened.records if on_read is None else _reporting(opened, on_read)
+
+
+def _reporting(opened: OpenedFile, on_read: Callable[[int], None]) -> Iterator[Record]:
+    for count, record in enumerate(opened.records, start=1):
+        yield record
+        if count % PROGRESS_RECORDS == 0:
+            on_read(opened.bytes_read())
+    on_read(opened.size)
 
 
 def _gzip_error(exc: BaseException) -> SourceError:
