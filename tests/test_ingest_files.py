@@ -254,8 +254,9 @@ def test_a_big_file_is_named_before_it_is_read_with_how_to_split_it(tmp_path, ru
     """A big file whose traces are all held until it is read (a Responses API log; a JSON document,
     read whole) takes more than its size in memory: ingest says so before reading it, with the
     command that splits it (zcat first for gzip, whose decompressed size counts). Transcripts, Chat
-    Completions or Messages gateway logs and OTel exports, handed out a trace at a time, small files,
-    and a big file the store holds unchanged, are not named; the ingest goes on either way."""
+    Completions or Messages gateway logs and OTel, Langfuse or LangSmith exports, handed out a trace
+    at a time, small files, and a big file the store holds unchanged, are not named; the ingest goes
+    on either way."""
     import traceforge.ingest
     from traceforge.ingest import stream
 

@@ -17,7 +17,17 @@ import pytest
 
 from traceforge import store
 from traceforge.cli import cli
-from traceforge.ingest import api_log, ingest_paths, openai_chat, otlp, parts, stream, writer
+from traceforge.ingest import (
+    api_log,
+    ingest_paths,
+    langfuse,
+    langsmith,
+    openai_chat,
+    otlp,
+    parts,
+    stream,
+    writer,
+)
 from traceforge.ingest.sources import Record, SourceError
 from traceforge.model import ParseResult
 
@@ -331,6 +341,85 @@ def test_an_otel_export_that_changes_between_its_two_passes_fails(logs, tmp_path
     records = [Record(n, json.loads(line), line) for n, line in enumerate(lines[:-2], start=1)]  # cut
     with pytest.raises(SourceError, match="the file changed while it was read: ingest it again"):
         list(otlp.stream(records, str(exported), ParseResult()))
+
+
+def streamed_and_parsed(adapter, items: list, path: Path) -> tuple[list, ParseResult, ParseResult]:
+    """`items` written one per line to `path`, streamed by `adapter` (each trace with how many lines
+    had been read when it came) and parsed whole; what both give must be the same."""
+    lines = [json.dumps(item) for item in items]
+    path.write_text("\n".join(lines) + "\n")
+    read = []
+
+    def records():
+        for number, line in enumerate(lines, start=1):
+            read.append(number)
+            yield Record(number, json.loads(line), line)
+
+    result = ParseResult()
+    handed_out = [(trace, len(read)) for trace in adapter.stream(records(), str(path), result)]
+    whole = adapter.parse(records(), str(path))
+    assert sorted(trace_rows(t) for t, _ in handed_out) == sorted(trace_rows(t) for t in whole.traces)
+    assert (result.records, result.skipped, result.described) == (
+        whole.records,
+        whole.skipped,
+        whole.described,
+    )
+    assert [(r.line, r.error) for r in result.rejects] == [(r.line, r.error) for r in whole.rejects]
+    return handed_out, result, whole
+
+
+def test_a_langfuse_export_hands_out_each_trace_once_its_last_item_is_read(tmp_path):
+    """Observations of three traces interleaved, their trace records first and last, a trace record
+    without observations (described: joined to the file that holds its calls), an observation
+    exported twice and one without a trace id: each trace comes as soon as its last item is read,
+    and the traces, counts, rejects and described traces are `parse`'s."""
+    fixtures = REPO / "tests" / "fixtures" / "langfuse"
+    observations = json.loads((fixtures / "observations.json").read_text())
+    trace_records = {
+        r["id"]: r for r in map(json.loads, (fixtures / "traces.jsonl").read_text().splitlines())
+    }
+    by_trace: dict[str, list] = {}
+    for observation in observations:
+        by_trace.setdefault(observation["traceId"], []).append(observation)
+    ids = sorted(by_trace, key=lambda t: -len(by_trace[t]))  # the longest first
+    items = [trace_records[ids[1]], {**trace_records[ids[0]], "id": "only-described"}]
+    for k in range(max(map(len, by_trace.values()))):
+        items += [by_trace[t][k] for t in ids if k < len(by_trace[t])]
+    items += [by_trace[ids[2]][0], {**observations[0], "traceId": None}, trace_records[ids[0]]]
+    handed_out, result, whole = streamed_and_parsed(langfuse, items, tmp_path / "observations.jsonl")
+    lines = (tmp_path / "observations.jsonl").read_text().splitlines()
+    assert len(handed_out) == len(whole.traces) >= 3
+    assert [r.line for r in result.rejects] == [len(lines) - 1]
+    assert result.described == ["only-described"] and result.skipped["duplicate observation"] == 1
+    for trace, when in handed_out:
+        key = trace.attributes["conversation_id"]
+        assert when == max(
+            n for n, item in enumerate(items, start=1) if key in (item.get("id"), item.get("traceId"))
+        )
+    assert [when for _, when in handed_out] == sorted(when for _, when in handed_out) != [len(lines)] * 3
+    cut = [Record(n, json.loads(line), line) for n, line in enumerate(lines[:-1], start=1)]
+    with pytest.raises(SourceError, match="the file changed while it was read"):
+        list(
+            langfuse.stream(cut, str(tmp_path / "observations.jsonl"), ParseResult())
+        )  # the file has a line more than was read
+
+
+def test_a_langsmith_export_hands_out_each_trace_once_its_last_run_is_read(tmp_path):
+    """The runs of two traces interleaved, the shorter ending first, a run exported twice and a
+    record that is not a run: each trace comes as soon as its last run is read."""
+    runs = [json.loads(line) for line in (REPO / "tests" / "fixtures" / "langsmith" / "runs.jsonl").open()]
+    by_trace: dict[str, list] = {}
+    for run in runs:
+        by_trace.setdefault(run["trace_id"], []).append(run)
+    long, short = sorted(by_trace.values(), key=len, reverse=True)
+    items = [long[0], short[0], long[1], {"not": "a run"}, short[1], *long[2:5], short[1], *long[5:]]
+    handed_out, result, whole = streamed_and_parsed(langsmith, items, tmp_path / "runs.jsonl")
+    assert len(handed_out) == len(whole.traces) >= 2 and result.skipped["duplicate run"] == 1
+    assert [r.line for r in result.rejects] == [4]
+    for trace, when in handed_out:
+        key = trace.attributes["conversation_id"].split("/")[0]
+        assert when == max(n for n, item in enumerate(items, start=1) if item.get("trace_id") == key)
+    assert {when for _, when in handed_out} == {9, len(items)}  # the shorter, with its run again
 
 
 def test_a_big_log_forgets_the_message_keys_it_no_longer_needs(tmp_path, monkeypatch):

@@ -33,9 +33,9 @@ from traceforge.ingest.writer import ParsedFile
 from traceforge.model import ParseResult, Reject, Trace
 from traceforge.workers import worker_count
 
-# A file this big (decompressed) whose traces are held until it is all read (every format but
-# OpenAI and Anthropic transcripts and gateway logs and OTel exports, which stream) takes more than
-# its size in memory: the user is told to split it
+# A file this big (decompressed) whose traces are held until it is all read (a JSON document, or a
+# format without `stream`: Responses API logs, agent frameworks' own logs) takes more than its size
+# in memory: the user is told to split it
 # (docs/ingest.md#big-files).
 BIG_FILE_BYTES = 1 << 30
 # Files are written together until a batch holds about this many rows, or this many bytes of rows
@@ -109,8 +109,8 @@ def ingest_paths(
     `on_big_file(path, size, compressed)` before any is read, for each new or changed file of at
     least `BIG_FILE_BYTES` decompressed (see `big_files`); `on_part(path, read, size)` after each
     part of a file written in parts (`traceforge.ingest.parts`), with the bytes of it read so far
-    out of those to read: its size on disk, or twice that for a file read twice (a gateway log, an
-    OTel export), whose first pass reports as it goes.
+    out of those to read: its size on disk, or twice that for a file read twice (a gateway log; an
+    OTel, Langfuse or LangSmith export), whose first pass reports as it goes.
     `workers` processes parse files while this one writes (`traceforge.ingest.parallel`); by default
     one per CPU when the files hold more than `parallel.PARALLEL_MIN_BYTES`, else files are parsed
     here. The store ends up the same either way.
@@ -225,7 +225,7 @@ def big_files(
     """The files of at least `BIG_FILE_BYTES` (of `content_sizes`) whose traces are held whole while
     they are parsed, with that size and whether they are gzip files. A big file is written in parts
     (`traceforge.ingest.parts`), but only an adapter that can `stream` it hands out its traces as it
-    reads; for the others (Langfuse and LangSmith exports, Responses API logs) the file's traces are
+    reads; for the others (Responses API logs, agent frameworks' own logs) the file's traces are
     all in memory at once (`adapter`: the format forced, else detected from the file's first
     records)."""
     return [

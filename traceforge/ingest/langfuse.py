@@ -29,14 +29,15 @@ of the output buckets. A producer that passed overlapping counts shows itself by
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
 from traceforge.ingest import span_traces, traced_messages
 from traceforge.ingest.providers import provider_of
-from traceforge.ingest.sources import Record
+from traceforge.ingest.sources import Record, SourceError
 from traceforge.ingest.span_traces import LlmSpan, ToolSpan, TraceInfo
+from traceforge.ingest.stream import FILE_CHANGED, first_pass
 from traceforge.ingest.values import (
     as_float,
     as_id,
@@ -333,35 +334,105 @@ def parse(records: Iterable[Record], source_path: str) -> ParseResult:
     observations: dict[str, list[tuple[dict, int]]] = {}
     for record in records:
         for item, line in _expand(record):
-            result.records += 1
-            if is_trace(item):
-                # exported twice (overlapping pages or files): the last wins
-                if str(item["id"]) in trace_records:
-                    result.skip("duplicate trace record")
-                trace_records[str(item["id"])] = item
-            elif _type_of(item) is not None:
-                trace_id = as_id(_field(item, "traceId", "trace_id"))
-                if trace_id is None or as_id(_field(item, "id")) is None:
-                    result.rejects.append(
-                        Reject(line, "Langfuse observation without `id` or `traceId`", _raw(record, item))
-                    )
-                    continue
-                observations.setdefault(trace_id, []).append((item, line))
-            else:
-                result.rejects.append(
-                    Reject(
-                        line,
-                        "not a Langfuse trace or observation (an observation has `id`, `traceId`, "
-                        "`type` and `startTime`; a trace has `id` and `timestamp`)",
-                        _raw(record, item),
-                    )
-                )
+            _take(record, item, line, trace_records, observations, result)
     result.traces = _build(observations, trace_records, result)
     # records of traces whose calls this file does not hold: joined to the files that do (ingest.joins)
-    result.described = sorted(trace_records.keys() - {t.attributes["conversation_id"] for t in result.traces})
-    if result.described:
-        result.skip(DESCRIBED, len(result.described))
+    _describe(sorted(trace_records.keys() - {t.attributes["conversation_id"] for t in result.traces}), result)
     return result
+
+
+def stream(
+    records: Iterable[Record],
+    source_path: str,
+    result: ParseResult,
+    on_first_pass: Callable[[int], None] | None = None,
+) -> Iterator[Trace]:
+    """`parse`'s traces one by one, each as soon as the last record holding its trace record or one
+    of its observations is read, so that a big export is not held whole (`traceforge.ingest.parts`).
+    A trace's observations can come anywhere in an export, so a first pass finds that record
+    (`last_lines`); traces then come in the order they end. A file that is not JSON Lines (a JSON
+    array, a CSV table) is parsed whole. `on_first_pass`: see `stream.first_pass`."""
+    first = first_pass(source_path, on_first_pass)
+    if first is None:
+        yield from parse(records, source_path).drain_into(result)
+        return
+    last = last_lines(first)
+    trace_records: dict[str, dict] = {}
+    observations: dict[str, list[tuple[dict, int]]] = {}
+    described = []
+    for record in records:
+        named = dict.fromkeys(
+            _take(record, item, line, trace_records, observations, result) for item, line in _expand(record)
+        )
+        for trace_id in (trace_id for trace_id in named if trace_id and last.get(trace_id) == record.line):
+            held = {trace_id: observations.pop(trace_id)} if trace_id in observations else {}
+            info = {trace_id: trace_records.pop(trace_id)} if trace_id in trace_records else {}
+            traces = _build(held, info, result)
+            if info and not traces:
+                described.append(trace_id)
+            yield from traces
+    if trace_records or observations:
+        raise SourceError(FILE_CHANGED)
+    _describe(sorted(described), result)
+
+
+def last_lines(records: Iterable[Record]) -> dict[str, int]:
+    """Per trace id, the line of the last record holding its trace record or one of its
+    observations: where `stream` can build the trace."""
+    last: dict[str, int] = {}
+    for record in records:
+        for item, line in _expand(record):
+            trace_id = _trace_id_of(item)
+            if trace_id is not None:
+                last[trace_id] = line
+    return last
+
+
+def _trace_id_of(item: Any) -> str | None:
+    """The trace an exported item belongs to (a trace record's own id), or None for an item that
+    is rejected."""
+    if is_trace(item):
+        return str(item["id"])
+    if _type_of(item) is not None and as_id(_field(item, "id")) is not None:
+        return as_id(_field(item, "traceId", "trace_id"))
+    return None
+
+
+def _take(
+    record: Record,
+    item: Any,
+    line: int,
+    trace_records: dict[str, dict],
+    observations: dict[str, list[tuple[dict, int]]],
+    result: ParseResult,
+) -> str | None:
+    """Count one exported item into `result` and keep it by its trace id (returned), or reject it."""
+    result.records += 1
+    trace_id = _trace_id_of(item)
+    if trace_id is None:
+        reason = (
+            "Langfuse observation without `id` or `traceId`"
+            if _type_of(item) is not None
+            else "not a Langfuse trace or observation (an observation has `id`, `traceId`, `type` and "
+            "`startTime`; a trace has `id` and `timestamp`)"
+        )
+        result.rejects.append(Reject(line, reason, _raw(record, item)))
+    elif is_trace(item):
+        # exported twice (overlapping pages or files): the last wins
+        if trace_id in trace_records:
+            result.skip("duplicate trace record")
+        trace_records[trace_id] = item
+    else:
+        observations.setdefault(trace_id, []).append((item, line))
+    return trace_id
+
+
+def _describe(trace_ids: list[str], result: ParseResult) -> None:
+    """Trace records of traces whose calls this file does not hold: joined to the files that do
+    (`ingest.joins`)."""
+    result.described.extend(trace_ids)
+    if trace_ids:
+        result.skip(DESCRIBED, len(trace_ids))
 
 
 def items_of(records: Iterable[Record], trace_ids: set[str]) -> dict[str, list[tuple[dict, int]]]:
@@ -370,13 +441,8 @@ def items_of(records: Iterable[Record], trace_ids: set[str]) -> dict[str, list[t
     found: dict[str, list[tuple[dict, int]]] = {}
     for record in records:
         for item, line in _expand(record):
-            if is_trace(item):
-                trace_id = str(item["id"])
-            elif _type_of(item) is not None and as_id(_field(item, "id")) is not None:
-                trace_id = as_id(_field(item, "traceId", "trace_id"))
-            else:
-                continue
-            if trace_id in trace_ids:
+            trace_id = _trace_id_of(item)
+            if trace_id is not None and trace_id in trace_ids:
                 found.setdefault(trace_id, []).append((item, line))
     return found
 

@@ -24,14 +24,15 @@ Runs are ordered by start time, then `dotted_order` (LangSmith's execution-order
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
 from traceforge.ingest import span_traces, traced_messages
 from traceforge.ingest.providers import provider_of
-from traceforge.ingest.sources import Record
+from traceforge.ingest.sources import Record, SourceError
 from traceforge.ingest.span_traces import LlmSpan, ToolSpan, TraceInfo
+from traceforge.ingest.stream import FILE_CHANGED, first_pass
 from traceforge.ingest.values import (
     as_float,
     as_id,
@@ -232,21 +233,70 @@ def parse(records: Iterable[Record], source_path: str) -> ParseResult:
     by_trace: dict[str, list[tuple[dict, str | None, int]]] = {}
     for record in records:
         for run, tree_parent, tree_trace in _runs_of(record):
-            result.records += 1
-            if not is_run(run):
-                result.rejects.append(
-                    Reject(
-                        record.line,
-                        "not a LangSmith run (a run has `id`, `run_type`, `start_time`, and `trace_id`, "
-                        "`dotted_order`, `parent_run_id`, `inputs` or `outputs`)",
-                        record.raw if run is record.value else json_text(run),
-                    )
-                )
-                continue
-            parent = as_id(run.get("parent_run_id")) or tree_parent
-            by_trace.setdefault(_trace_key(run, tree_trace), []).append((run, parent, record.line))
+            _take(record, run, tree_parent, tree_trace, by_trace, result)
     result.traces = _build(by_trace, result)
     return result
+
+
+def stream(
+    records: Iterable[Record],
+    source_path: str,
+    result: ParseResult,
+    on_first_pass: Callable[[int], None] | None = None,
+) -> Iterator[Trace]:
+    """`parse`'s traces one by one, each as soon as the last record holding one of its runs is
+    read, so that a big export is not held whole (`traceforge.ingest.parts`). A trace's runs can
+    come anywhere in an export, so a first pass finds that record (`last_lines`); traces then come
+    in the order they end. A file that is not JSON Lines is parsed whole. `on_first_pass`: see
+    `stream.first_pass`."""
+    first = first_pass(source_path, on_first_pass)
+    if first is None:
+        yield from parse(records, source_path).drain_into(result)
+        return
+    last = last_lines(first)
+    by_trace: dict[str, list[tuple[dict, str | None, int]]] = {}
+    for record in records:
+        named = dict.fromkeys(_take(record, *found, by_trace, result) for found in _runs_of(record))
+        for key in (key for key in named if key is not None and last.get(key) == record.line):
+            yield from _build({key: by_trace.pop(key)}, result)
+    if by_trace:
+        raise SourceError(FILE_CHANGED)
+
+
+def last_lines(records: Iterable[Record]) -> dict[str, int]:
+    """Per trace id, the line of the last record holding one of its runs: where `stream` can build
+    the trace."""
+    last: dict[str, int] = {}
+    for record in records:
+        for run, _, tree_trace in _runs_of(record):
+            if is_run(run):
+                last[_trace_key(run, tree_trace)] = record.line
+    return last
+
+
+def _take(
+    record: Record,
+    run: Any,
+    tree_parent: str | None,
+    tree_trace: str | None,
+    by_trace: dict[str, list[tuple[dict, str | None, int]]],
+    result: ParseResult,
+) -> str | None:
+    """Count one exported run into `result` and keep it by its trace id (returned), or reject it."""
+    result.records += 1
+    if not is_run(run):
+        result.rejects.append(
+            Reject(
+                record.line,
+                "not a LangSmith run (a run has `id`, `run_type`, `start_time`, and `trace_id`, "
+                "`dotted_order`, `parent_run_id`, `inputs` or `outputs`)",
+                record.raw if run is record.value else json_text(run),
+            )
+        )
+        return None
+    key = _trace_key(run, tree_trace)
+    by_trace.setdefault(key, []).append((run, as_id(run.get("parent_run_id")) or tree_parent, record.line))
+    return key
 
 
 def items_of(records: Iterable[Record], trace_ids: set[str]) -> dict[str, list[tuple[dict, str | None, int]]]:

@@ -5,10 +5,11 @@ written as they come, in parts of about `PART_ROWS` rows, each part in its own t
 holds the rows a transaction adds in memory until it commits (measured: a 1 GB insert in one
 transaction grew the process by about its size, committed in parts it stayed under 0.9 GB at a
 512 MB limit), so one transaction per file would hold the whole file again. An adapter that can
-hand out traces as it reads them (`stream`: transcripts, one conversation per record; a gateway log
-or an OTel export, read twice to learn where each conversation or trace ends) keeps only the part
-being written and what is still going on; the others (Langfuse and LangSmith exports, Responses API
-logs, JSON documents) are parsed whole first, and only their rows are built and written in parts.
+hand out traces as it reads them (`stream`: transcripts, one conversation per record; a gateway log,
+an OTel, Langfuse or LangSmith export, read twice to learn where each conversation or trace ends)
+keeps only the part being written and what is still going on; the others (Responses API logs, agent
+frameworks' own logs, JSON documents) are parsed whole first, and only their rows are built and
+written in parts.
 
 While the parts are written, the file's `sources` row says so (`INTERRUPTED`): a run that stops half
 way (killed, out of disk, Ctrl-C) leaves that row with the parts written so far, and the next ingest
@@ -20,9 +21,9 @@ Ids are chosen as they would be for the whole file: the store holds the file's e
 trace whose source id an earlier trace of the file has is named apart from it as it would be within
 one batch. Two differences remain: a trace whose parent comes in a later part and had to be renamed
 there points at the parent's source id (files that record parents write them first, and a gateway
-log hands a branch out after the conversation it branched off); and a gateway log or an OTel export
-hands out its traces in the order they end, not begin, so where two unrelated traces hold the same
-tool call id (ids a model numbers per conversation), the one written first keeps it.
+log hands a branch out after the conversation it branched off); and a file read twice hands out its
+traces in the order they end, not begin, so where two unrelated traces hold the same tool call id
+(ids a model numbers per conversation), the one written first keeps it.
 """
 
 from __future__ import annotations
