@@ -169,6 +169,9 @@ def test_a_big_json_lines_file_streams_to_what_a_whole_read_gives(tmp_path, monk
     assert records == expected_records
     assert [(r.line, r.error, r.raw) for r in rejects] == [(r.line, r.error, r.raw) for r in expected_rejects]
     assert len(rejects) > 20
+    # told from the first chunk alone, as a first pass over a big file needs it (a log read twice)
+    assert stream.starts_as_json_lines(path)
+    assert [(r.line, r.value, r.raw) for r in stream.first_pass(str(path))] == records
 
 
 @pytest.mark.parametrize(
@@ -187,6 +190,7 @@ def test_what_is_not_plain_json_lines_is_read_whole_as_before(tmp_path, monkeypa
     path.write_text(content)
     records, rejects, streamed = _streamed(path)
     assert not streamed
+    assert not stream.starts_as_json_lines(path) and stream.first_pass(str(path)) is None  # parsed whole
     expected_records, expected_rejects = _whole(path)
     assert records == expected_records
     assert [(r.line, r.error) for r in rejects] == [(r.line, r.error) for r in expected_rejects]
