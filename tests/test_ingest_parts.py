@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -167,6 +168,13 @@ def test_a_run_stopped_in_a_file_leaves_it_marked_and_the_next_run_finishes_it(
     assert snapshot(db) == snapshot(tmp_path / "whole.duckdb")
 
 
+def counted(lines: list[str], read: list[int]) -> Iterator[Record]:
+    """`lines` as records, each one's line number added to `read` as it is read."""
+    for number, line in enumerate(lines, start=1):
+        read.append(number)
+        yield Record(number, json.loads(line), line)
+
+
 def test_transcripts_are_handed_out_as_their_records_are_read():
     lines = [
         json.dumps(
@@ -178,14 +186,8 @@ def test_transcripts_are_handed_out_as_their_records_are_read():
         for n in range(100)
     ]
     read = []
-
-    def records():
-        for number, line in enumerate(lines, start=1):
-            read.append(number)
-            yield Record(number, json.loads(line), line)
-
     result = ParseResult()
-    traces = openai_chat.stream(records(), "t.jsonl", result)
+    traces = openai_chat.stream(counted(lines, read), "t.jsonl", result)
     first = next(traces)
     assert first.source_id == "c0" and len(read) <= api_log.LOG_SAMPLE + 1  # the first records tell
     assert [t.source_id for t in traces] == [f"c{n}" for n in range(1, 100)]
@@ -311,21 +313,10 @@ def test_an_otel_export_hands_out_each_trace_once_its_last_span_is_read(logs, tm
     each trace's last span or log record; the trace comes as soon as that record is read, and the
     traces, counts and skips are `parse`'s."""
     exported = otel_export(logs, tmp_path / "cut")
+    items = [json.loads(line) for line in exported.read_text().splitlines()]
+    handed_out, result, whole = streamed_and_parsed(otlp, items, exported)
     lines = exported.read_text().splitlines()
-    read = []
-
-    def records():
-        for number, line in enumerate(lines, start=1):
-            read.append(number)
-            yield Record(number, json.loads(line), line)
-
-    result = ParseResult()
-    handed_out = [(trace, len(read)) for trace in otlp.stream(records(), str(exported), result)]
-    whole = otlp.parse(records(), str(exported))
-
-    assert len(handed_out) == len(whole.traces) >= 5
-    assert sorted(trace_rows(t) for t, _ in handed_out) == sorted(trace_rows(t) for t in whole.traces)
-    assert (result.records, len(result.rejects), result.skipped) == (whole.records, 0, whole.skipped)
+    assert len(handed_out) == len(whole.traces) >= 5 and not result.rejects
     assert result.skipped["log record whose span is not in this file"] == 1  # the other is attached
     for trace, when in handed_out:
         if trace.source_line == 1:  # the first trace: a log record at the end names its span
@@ -349,15 +340,9 @@ def streamed_and_parsed(adapter, items: list, path: Path) -> tuple[list, ParseRe
     lines = [json.dumps(item) for item in items]
     path.write_text("\n".join(lines) + "\n")
     read = []
-
-    def records():
-        for number, line in enumerate(lines, start=1):
-            read.append(number)
-            yield Record(number, json.loads(line), line)
-
     result = ParseResult()
-    handed_out = [(trace, len(read)) for trace in adapter.stream(records(), str(path), result)]
-    whole = adapter.parse(records(), str(path))
+    handed_out = [(trace, len(read)) for trace in adapter.stream(counted(lines, read), str(path), result)]
+    whole = adapter.parse(counted(lines, []), str(path))
     assert sorted(trace_rows(t) for t, _ in handed_out) == sorted(trace_rows(t) for t in whole.traces)
     assert (result.records, result.skipped, result.described) == (
         whole.records,
