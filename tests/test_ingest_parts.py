@@ -407,6 +407,37 @@ def test_a_langsmith_export_hands_out_each_trace_once_its_last_run_is_read(tmp_p
     assert {when for _, when in handed_out} == {9, len(items)}  # the shorter, with its run again
 
 
+def test_a_tool_call_id_two_traces_share_goes_to_the_trace_written_first(tmp_path, monkeypatch):
+    """Two conversations of a log whose model numbers its tool calls per conversation (`call_0`):
+    the whole file gives the plain id to the conversation that began first; read twice, the
+    conversation that ended first is written first and keeps it (docs/ingest.md#big-files). Both
+    stores hold every call once, under ids of their own."""
+    long, short = weather_run(1, cities=3), weather_run(2, cities=1)
+    for run in (long, short):
+        for record in run.records:
+            for message in [*record["request"]["messages"], record["response"]["choices"][0]["message"]]:
+                for call in message.get("tool_calls") or []:
+                    call["id"] = "call_" + call["id"].rsplit("_", 1)[1]
+                if message.get("tool_call_id"):
+                    message["tool_call_id"] = "call_" + message["tool_call_id"].rsplit("_", 1)[1]
+    records = [long.records[0], short.records[0], short.records[1], *long.records[1:]]
+    write_jsonl(tmp_path / "logs" / "gateway.jsonl", records)
+    holders = {}
+    for name in ("whole", "parts"):
+        if name == "parts":
+            in_parts(monkeypatch)
+        ingest(tmp_path / f"{name}.duckdb", [tmp_path / "logs"])
+        con = duckdb.connect(str(tmp_path / f"{name}.duckdb"), read_only=True)
+        rows = con.execute(
+            "SELECT t.source_line, c.tool_call_id FROM tool_calls c JOIN traces t USING (trace_id) "
+            "ORDER BY c.tool_call_id"
+        ).fetchall()
+        con.close()
+        assert len(rows) == 4 and len({call for _, call in rows}) == 4
+        holders[name] = next(line for line, call in rows if call == "call_0")
+    assert holders == {"whole": 1, "parts": 2}  # the line each holder began at
+
+
 def test_a_big_log_forgets_the_message_keys_it_no_longer_needs(tmp_path, monkeypatch):
     """The keys of a log's messages are remembered so that a re-sent message is converted once,
     up to a size: past it the older ones go, and the conversations come out the same."""
