@@ -372,10 +372,11 @@ def _ingest_in_parts(
     if opened.records is None:
         return _file_report(parsed), parallel.write_batch(con, [parsed], {parsed.path} if replaces else set())
     chosen = opened.adapter
-    first_read: list[int] = []  # what a first pass over the file has read, for one read twice
+    read_twice = False  # a first pass has read the file: its progress counts both readings
 
     def first_progress(read: int) -> None:
-        first_read[:] = [read]
+        nonlocal read_twice
+        read_twice = True
         if on_part:
             on_part(path, read, 2 * parsed.size)
 
@@ -385,7 +386,7 @@ def _ingest_in_parts(
         traces = _parsed_whole(chosen, opened.records, parsed)
 
     def progress() -> None:
-        if on_part and first_read:
+        if on_part and read_twice:
             on_part(path, parsed.size + opened.bytes_read(), 2 * parsed.size)
         elif on_part:
             on_part(path, opened.bytes_read(), parsed.size)

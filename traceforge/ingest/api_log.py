@@ -23,7 +23,7 @@ from typing import Any
 from traceforge.ingest import grouping, transcript
 from traceforge.ingest.conversation import assemble, default_workload
 from traceforge.ingest.sources import Record, SourceError
-from traceforge.ingest.stream import FILE_CHANGED, first_pass
+from traceforge.ingest.stream import FILE_CHANGED, read_twice
 from traceforge.ingest.values import (
     add_ms,
     as_float,
@@ -325,16 +325,14 @@ def stream(
     big log is not held whole (`traceforge.ingest.parts`).
 
     A later request can continue any conversation, so where each ends is only known at the end of
-    the file: a first pass reads the file again from `source_path` and chains its requests without
-    keeping them (`plan`); `records` are then converted without being hashed or chained again. A
-    trace that branched off another comes after it, as in `parse`; others come in the order their
-    conversations end. A file that is not JSON Lines is parsed whole. `on_first_pass`: see
-    `stream.first_pass`."""
-    first = first_pass(source_path, on_first_pass)
-    if first is None:
-        yield from parse(records, source_path).drain_into(result)
-        return
-    conversations = Conversations(rejoinable=True, plan=plan(first))
+    the file: a first pass chains its requests without keeping them (`plan`, `stream.read_twice`);
+    `records` are then converted without being hashed or chained again. A trace that branched off
+    another comes after it, as in `parse`; others come in the order their conversations end."""
+    return read_twice(records, source_path, result, on_first_pass, parse, plan, _as_planned)
+
+
+def _as_planned(records: Iterable[Record], found: LogPlan, result: ParseResult) -> Iterator[Trace]:
+    conversations = Conversations(rejoinable=True, plan=found)
     for record in records:
         result.records += 1
         converted = exchange_of(record, None)

@@ -7,7 +7,7 @@ The highest score of at least `THRESHOLD` wins; ties go to the adapter listed fi
 An adapter that can hand out a file's traces as it reads them (so that a big file is not held
 whole: `traceforge.ingest.parts`) also has `stream(records, source_path, result, on_first_pass)
 -> Iterator[Trace]` (`parse`'s traces one by one, its counts and rejects added to `result` as they
-come). One that reads the file a first time before it can hand out any trace (`stream.first_pass`)
+come). One that reads the file a first time before it can hand out any trace (`stream.read_twice`)
 tells `on_first_pass(bytes)` how far that reading has got.
 """
 

@@ -29,6 +29,7 @@ of the output buckets. A producer that passed overlapping counts shows itself by
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
@@ -37,7 +38,7 @@ from traceforge.ingest import span_traces, traced_messages
 from traceforge.ingest.providers import provider_of
 from traceforge.ingest.sources import Record, SourceError
 from traceforge.ingest.span_traces import LlmSpan, ToolSpan, TraceInfo
-from traceforge.ingest.stream import FILE_CHANGED, first_pass
+from traceforge.ingest.stream import FILE_CHANGED, last_lines, read_twice
 from traceforge.ingest.values import (
     as_float,
     as_id,
@@ -350,13 +351,16 @@ def stream(
     """`parse`'s traces one by one, each as soon as the last record holding its trace record or one
     of its observations is read, so that a big export is not held whole (`traceforge.ingest.parts`).
     A trace's observations can come anywhere in an export, so a first pass finds that record
-    (`last_lines`); traces then come in the order they end. A file that is not JSON Lines (a JSON
-    array, a CSV table) is parsed whole. `on_first_pass`: see `stream.first_pass`."""
-    first = first_pass(source_path, on_first_pass)
-    if first is None:
-        yield from parse(records, source_path).drain_into(result)
-        return
-    last = last_lines(first)
+    (`stream.read_twice`); traces then come in the order they end."""
+    learn = functools.partial(last_lines, trace_ids=_trace_ids)
+    return read_twice(records, source_path, result, on_first_pass, parse, learn, _as_they_end)
+
+
+def _trace_ids(record: Record) -> list[str]:
+    return [trace_id for item, _ in _expand(record) if (trace_id := _trace_id_of(item)) is not None]
+
+
+def _as_they_end(records: Iterable[Record], last: dict[str, int], result: ParseResult) -> Iterator[Trace]:
     trace_records: dict[str, dict] = {}
     observations: dict[str, list[tuple[dict, int]]] = {}
     described = []
@@ -374,18 +378,6 @@ def stream(
     if trace_records or observations:
         raise SourceError(FILE_CHANGED)
     _describe(sorted(described), result)
-
-
-def last_lines(records: Iterable[Record]) -> dict[str, int]:
-    """Per trace id, the line of the last record holding its trace record or one of its
-    observations: where `stream` can build the trace."""
-    last: dict[str, int] = {}
-    for record in records:
-        for item, line in _expand(record):
-            trace_id = _trace_id_of(item)
-            if trace_id is not None:
-                last[trace_id] = line
-    return last
 
 
 def _trace_id_of(item: Any) -> str | None:

@@ -24,6 +24,7 @@ Runs are ordered by start time, then `dotted_order` (LangSmith's execution-order
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
@@ -32,7 +33,7 @@ from traceforge.ingest import span_traces, traced_messages
 from traceforge.ingest.providers import provider_of
 from traceforge.ingest.sources import Record, SourceError
 from traceforge.ingest.span_traces import LlmSpan, ToolSpan, TraceInfo
-from traceforge.ingest.stream import FILE_CHANGED, first_pass
+from traceforge.ingest.stream import FILE_CHANGED, last_lines, read_twice
 from traceforge.ingest.values import (
     as_float,
     as_id,
@@ -246,14 +247,17 @@ def stream(
 ) -> Iterator[Trace]:
     """`parse`'s traces one by one, each as soon as the last record holding one of its runs is
     read, so that a big export is not held whole (`traceforge.ingest.parts`). A trace's runs can
-    come anywhere in an export, so a first pass finds that record (`last_lines`); traces then come
-    in the order they end. A file that is not JSON Lines is parsed whole. `on_first_pass`: see
-    `stream.first_pass`."""
-    first = first_pass(source_path, on_first_pass)
-    if first is None:
-        yield from parse(records, source_path).drain_into(result)
-        return
-    last = last_lines(first)
+    come anywhere in an export, so a first pass finds that record (`stream.read_twice`); traces
+    then come in the order they end."""
+    learn = functools.partial(last_lines, trace_ids=_trace_ids)
+    return read_twice(records, source_path, result, on_first_pass, parse, learn, _as_they_end)
+
+
+def _trace_ids(record: Record) -> list[str]:
+    return [_trace_key(run, tree_trace) for run, _, tree_trace in _runs_of(record) if is_run(run)]
+
+
+def _as_they_end(records: Iterable[Record], last: dict[str, int], result: ParseResult) -> Iterator[Trace]:
     by_trace: dict[str, list[tuple[dict, str | None, int]]] = {}
     for record in records:
         named = dict.fromkeys(_take(record, *found, by_trace, result) for found in _runs_of(record))
@@ -261,17 +265,6 @@ def stream(
             yield from _build({key: by_trace.pop(key)}, result)
     if by_trace:
         raise SourceError(FILE_CHANGED)
-
-
-def last_lines(records: Iterable[Record]) -> dict[str, int]:
-    """Per trace id, the line of the last record holding one of its runs: where `stream` can build
-    the trace."""
-    last: dict[str, int] = {}
-    for record in records:
-        for run, _, tree_trace in _runs_of(record):
-            if is_run(run):
-                last[_trace_key(run, tree_trace)] = record.line
-    return last
 
 
 def _take(

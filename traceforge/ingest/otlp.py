@@ -22,6 +22,7 @@ plus rejected plus skipped spans.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 
@@ -42,7 +43,7 @@ from traceforge.ingest.otel_dialects import (
 from traceforge.ingest.otel_messages import Messages, input_messages, output_messages
 from traceforge.ingest.otel_wire import EPOCH, STATUS_ERROR, STATUS_OK, Batch, LogEvent, Span, read, shape_of
 from traceforge.ingest.sources import Record, SourceError
-from traceforge.ingest.stream import FILE_CHANGED, first_pass
+from traceforge.ingest.stream import FILE_CHANGED, last_lines, read_twice
 from traceforge.ingest.values import duration_ms
 from traceforge.model import Message, ParseResult, ToolCall, Trace
 
@@ -75,13 +76,17 @@ def stream(
     """`parse`'s traces one by one, each as soon as the last record holding one of its spans (or a
     log record naming one) is read, so that a big export is not held whole
     (`traceforge.ingest.parts`). A trace's spans can come anywhere in an export, so a first pass
-    finds that record (`last_lines`); traces then come in the order they end. A file that is not
-    JSON Lines is parsed whole. `on_first_pass`: see `stream.first_pass`."""
-    first = first_pass(source_path, on_first_pass)
-    if first is None:
-        yield from parse(records, source_path).drain_into(result)
-        return
-    last = last_lines(first)
+    finds that record (`stream.read_twice`); traces then come in the order they end."""
+    learn = functools.partial(last_lines, trace_ids=_trace_ids)
+    return read_twice(records, source_path, result, on_first_pass, parse, learn, _as_they_end)
+
+
+def _trace_ids(record: Record) -> list[str]:
+    batch = read(record)
+    return [item.trace_id for item in (*batch.spans, *batch.log_events)]
+
+
+def _as_they_end(records: Iterable[Record], last: dict[str, int], result: ParseResult) -> Iterator[Trace]:
     spans: dict[str, list[Span]] = {}
     events: dict[str, list[LogEvent]] = {}
     for record in records:
@@ -100,17 +105,6 @@ def stream(
                 yield trace
     if spans or events:
         raise SourceError(FILE_CHANGED)
-
-
-def last_lines(records: Iterable[Record]) -> dict[str, int]:
-    """Per trace id, the line of the last record holding one of its spans or a log record naming
-    one: where `stream` can build the trace."""
-    last: dict[str, int] = {}
-    for record in records:
-        batch = read(record)
-        for item in (*batch.spans, *batch.log_events):
-            last[item.trace_id] = record.line
-    return last
 
 
 def spans_of(

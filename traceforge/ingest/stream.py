@@ -20,10 +20,10 @@ import functools
 import gzip
 import json
 import zlib
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
 from traceforge.ingest.sources import (
     GZIP_MAGIC,
@@ -33,7 +33,9 @@ from traceforge.ingest.sources import (
     _read_json_lines,
     read_records,
 )
-from traceforge.model import Reject
+from traceforge.model import ParseResult, Reject, Trace
+
+Learned = TypeVar("Learned")
 
 CHUNK_BYTES = 8 << 20
 SAMPLE_CHARS = 65_536
@@ -143,6 +145,36 @@ def first_pass(source_path: str, on_read: Callable[[int], None] | None = None) -
         return None
     opened = open_records(path, [])
     return opened.records if on_read is None else _reporting(opened, on_read)
+
+
+def read_twice(
+    records: Iterable[Record],
+    source_path: str,
+    result: ParseResult,
+    on_first_pass: Callable[[int], None] | None,
+    parse: Callable[[Iterable[Record], str], ParseResult],
+    learn: Callable[[Iterator[Record]], Learned],
+    hand_out: Callable[[Iterable[Record], Learned, ParseResult], Iterator[Trace]],
+) -> Iterator[Trace]:
+    """The `stream` of an adapter that must read a big file once before it can hand out any trace:
+    `learn` reads the first pass (`first_pass`) for what the second needs (where each trace ends),
+    then `hand_out` reads `records` with it, counting into `result`. A file that is not JSON Lines
+    is parsed whole by `parse`, and its traces handed out after (`ParseResult.drain_into`)."""
+    first = first_pass(source_path, on_first_pass)
+    if first is None:
+        yield from parse(records, source_path).drain_into(result)
+        return
+    yield from hand_out(records, learn(first), result)
+
+
+def last_lines(records: Iterable[Record], trace_ids: Callable[[Record], Iterable[str]]) -> dict[str, int]:
+    """Per trace id, the line of the last record `trace_ids` finds it in: where a trace whose parts
+    can come anywhere in a file (spans, observations, runs) is complete."""
+    last: dict[str, int] = {}
+    for record in records:
+        for trace_id in trace_ids(record):
+            last[trace_id] = record.line
+    return last
 
 
 def _reporting(opened: OpenedFile, on_read: Callable[[int], None]) -> Iterator[Record]:
