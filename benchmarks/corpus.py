@@ -11,7 +11,10 @@ A corpus is a folder of log files as a month of production would leave them:
 - `anthropic-log-NNN.jsonl`: an Anthropic Messages proxy log (request and response bodies);
 - `transcripts-NNN.jsonl`: OpenAI-style transcripts, one conversation per line (eval harnesses);
 - `otlp-NNN.jsonl`: OpenTelemetry GenAI spans (OTLP/JSON, one `resourceSpans` document per trace),
-  LLM spans with their input and output messages, tool spans with their times.
+  LLM spans with their input and output messages, tool spans with their times;
+- `openai-responses-NNN.jsonl` (only with `--only openai-responses`): an OpenAI Responses API log,
+  each call sending only its new items and naming the response it continues
+  (`previous_response_id`), so its size grows with a run's length, not its square.
 
 Traffic follows a power law: workload k gets a share of the traces proportional to 1 / k^1.1, and
 each workload has its own system prompt (1.5-6 KB), tool set (JSON schemas), model and run length
@@ -43,9 +46,12 @@ from typing import Any
 FORMATS = ("openai-log", "anthropic-log", "transcripts", "otlp")
 # Share of the traces each format receives in a mixed corpus.
 FORMAT_SHARES = {"openai-log": 0.35, "anthropic-log": 0.25, "transcripts": 0.25, "otlp": 0.15}
+# Written only when asked for alone (`--only`): the mixed corpus, and the figures measured on it, stay.
+ONLY_FORMATS = (*FORMATS, "openai-responses")
 # Per-request logs (and OTLP spans that carry their input) grow with the square of a run's length:
 # runs longer than this go to the transcripts, as long agent sessions are saved whole in practice.
 MAX_LOGGED_CALLS = 25
+QUADRATIC_FORMATS = ("openai-log", "anthropic-log", "otlp")
 EPOCH_MS = 1_772_323_200_000  # 2026-03-01T00:00:00Z: the month of traffic starts here
 MONTH_MS = 30 * 24 * 3600 * 1000
 DEFAULT_SEED = 8
@@ -631,6 +637,96 @@ def anthropic_log_records(run: Run) -> Iterator[tuple[int, str]]:
         yield event.end_ms, line
 
 
+def responses_log_records(run: Run) -> Iterator[tuple[int, str]]:
+    """(completion time, JSON line) per LLM call of `run`, as a Responses API gateway logs it: each
+    request sends the items since the response it continues (`previous_response_id`), and the
+    instructions and tools again, as the API wants them."""
+    tools = _dumps(
+        [
+            {"type": "function", "name": t.name, "description": t.description, "parameters": t.parameters}
+            for t in run.workload.tools
+        ]
+    )
+    meta = _dumps(_metadata(run))
+    new_items: list[dict[str, Any]] = []
+    previous: str | None = None
+    for event in run.events:
+        if isinstance(event, str):
+            new_items.append({"role": "user", "content": event})
+            continue
+        output: list[dict[str, Any]] = []
+        if event.text:
+            output.append(
+                {
+                    "type": "message",
+                    "id": "msg_" + event.uid,
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [{"type": "output_text", "text": event.text, "annotations": []}],
+                }
+            )
+        for use in event.uses:
+            output.append(
+                {
+                    "type": "function_call",
+                    "id": "fc_" + use.id[5:],
+                    "call_id": use.id,
+                    "name": use.name,
+                    "arguments": _dumps(use.arguments),
+                    "status": "completed",
+                }
+            )
+        prompt = _tokens(event.prompt_chars)
+        previous_tokens = _tokens(event.previous_prompt_chars) if event.previous_prompt_chars else 0
+        cached = previous_tokens // 128 * 128 if previous_tokens >= 1024 else 0
+        response = {
+            "id": "resp_" + event.uid,
+            "object": "response",
+            "created_at": event.start_ms // 1000,
+            "status": "completed",
+            "model": run.workload.model + "-2025-04-14",
+            "output": output,
+            "previous_response_id": previous,
+            "usage": {
+                "input_tokens": prompt,
+                "input_tokens_details": {"cached_tokens": min(cached, prompt)},
+                "output_tokens": _tokens(event.output_chars),
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": prompt + _tokens(event.output_chars),
+            },
+        }
+        request = (
+            '{"model":'
+            + _dumps(run.workload.model)
+            + ',"instructions":'
+            + _dumps(run.workload.system)
+            + ',"input":'
+            + _dumps(new_items)
+            + (',"previous_response_id":' + _dumps(previous) if previous else "")
+            + ',"tools":'
+            + tools
+            + ',"store":true}'
+        )
+        yield (
+            event.end_ms,
+            '{"request":'
+            + request
+            + ',"response":'
+            + _dumps(response)
+            + ',"metadata":'
+            + meta
+            + ',"start_time":"'
+            + _iso(event.start_ms)
+            + '","end_time":"'
+            + _iso(event.end_ms)
+            + '"}',
+        )
+        previous = response["id"]
+        new_items = [
+            {"type": "function_call_output", "call_id": u.id, "output": u.result} for u in event.uses
+        ]
+
+
 def transcript_record(run: Run) -> str:
     messages, _ = _openai_messages(run)
     meta = {"workload": run.workload.name} if run.workload.tagged else {}
@@ -816,6 +912,8 @@ class _Writer:
             lines = list(openai_log_records(run))
         elif self.fmt == "anthropic-log":
             lines = list(anthropic_log_records(run))
+        elif self.fmt == "openai-responses":
+            lines = list(responses_log_records(run))
         elif self.fmt == "transcripts":
             lines = [(run.steps[0].start_ms, transcript_record(run))]
         else:
@@ -854,13 +952,15 @@ def generate(
     seed: int = DEFAULT_SEED,
     file_mb: float = 64.0,
     compress: bool = False,
+    only: str | None = None,
     on_progress: Any = None,
 ) -> Manifest:
     """Write a corpus to `out` (created; files already there are replaced) and return its manifest.
 
     `shape`: "mixed" (all formats, power-law workloads, until `tool_calls` tool calls or `traces`
     traces), "long" (one transcript run of `tool_calls` tool calls) or "small" (`traces` runs of one
-    to three tool calls, spread over the formats).
+    to three tool calls, spread over the formats). `only` (mixed and small): every run in that one of
+    `ONLY_FORMATS`, but the long runs of a format that grows with the square of a run's length.
 
     >>> manifest = generate("/tmp/tf-corpus-doctest", tool_calls=200)
     >>> manifest.totals()["tool_calls"] >= 200
@@ -870,13 +970,15 @@ def generate(
         raise ValueError(f"shape must be mixed, long or small, not {shape!r}")
     if tool_calls is None and traces is None:
         raise ValueError("give tool_calls or traces")
+    if only is not None and only not in ONLY_FORMATS:
+        raise ValueError(f"only must be one of {', '.join(ONLY_FORMATS)}, not {only!r}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("*.jsonl*"):
         old.unlink()
     maker = RunMaker(seed)
     manifest = Manifest(shape=shape, seed=seed)
-    writers = {fmt: _Writer(out, fmt, int(file_mb * 1e6), manifest, compress) for fmt in FORMATS}
+    writers = {fmt: _Writer(out, fmt, int(file_mb * 1e6), manifest, compress) for fmt in ONLY_FORMATS}
     formats, shares = list(FORMAT_SHARES), list(FORMAT_SHARES.values())
     made_calls = made_traces = 0
     if shape == "long":
@@ -893,8 +995,10 @@ def generate(
         start = EPOCH_MS + round(MONTH_MS * (made_calls / tool_calls if tool_calls else made_traces / traces))
         run = maker.run(workload, length, start + maker.rng.randint(0, 600_000))
         fmt = maker.rng.choices(formats, shares)[0]
-        if length > MAX_LOGGED_CALLS and fmt != "transcripts":
+        if length > MAX_LOGGED_CALLS and fmt in QUADRATIC_FORMATS:
             fmt = "transcripts"
+        if only is not None and not (length > MAX_LOGGED_CALLS and only in QUADRATIC_FORMATS):
+            fmt = only
         writers[fmt].add(run)
         made_calls += run.tool_calls
         made_traces += 1
@@ -926,6 +1030,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument("--file-mb", type=float, default=64.0, help="rotate files at this size (MB)")
     parser.add_argument("--gzip", action="store_true", help="gzip the files, as rotated logs are")
+    parser.add_argument("--only", choices=ONLY_FORMATS, help="write every run in this one format")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     manifest = generate(
@@ -936,6 +1041,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         file_mb=args.file_mb,
         compress=args.gzip,
+        only=args.only,
     )
     totals = manifest.totals()
     print(

@@ -63,6 +63,7 @@ SIZES = {
         "long": ("long", 1_000, None),
         "small": ("small", None, 2_000),
         "big_file": 10_000,  # tool calls of a corpus written without rotation: one file per format
+        "big_responses": 10_000,  # tool calls of a Responses API log written without rotation
     },
     "full": {
         "growth": 62_500,
@@ -70,6 +71,7 @@ SIZES = {
         "long": ("long", 5_000, None),
         "small": ("small", None, 100_000),
         "big_file": 500_000,  # a 1 GB transcripts file, a 0.9 GB gateway log, a 0.4 GB OTel export
+        "big_responses": 80_000,  # a 0.5 GB Responses API log
     },
 }
 
@@ -281,13 +283,20 @@ class _TreeMemory:
 
 
 def corpus_for(
-    name: str, shape: str, tool_calls: int | None, traces: int | None, file_mb: float = 64.0
+    name: str,
+    shape: str,
+    tool_calls: int | None,
+    traces: int | None,
+    file_mb: float = 64.0,
+    only: str | None = None,
 ) -> tuple[Path, dict]:
     folder = CORPUS_ROOT / name
     manifest_path = folder / corpus_module.MANIFEST
     wanted = {"shape": shape, "tool_calls": tool_calls, "traces": traces, "seed": corpus_module.DEFAULT_SEED}
     if file_mb != 64.0:
         wanted["file_mb"] = file_mb
+    if only is not None:
+        wanted["only"] = only
     if manifest_path.exists():
         manifest = json.loads(manifest_path.read_text())
         if manifest.get("request") == wanted:
@@ -309,6 +318,8 @@ def corpus_for(
         command += ["--tool-calls", str(tool_calls)]
     if traces is not None:
         command += ["--traces", str(traces)]
+    if only is not None:
+        command += ["--only", only]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     manifest = json.loads(manifest_path.read_text())
     manifest["request"] = wanted
@@ -320,21 +331,26 @@ def corpus_for(
 
 
 def big_file_table(mode: str, scratch: Path, workers: int | None, note: Any) -> Any:
-    """Peak RSS of one big file (transcripts, a gateway log, an OTel export) ingested alone, against
-    half its lines and against all of them in files of 64 MB: whether memory grows with one file."""
+    """Peak RSS of one big file (transcripts, a gateway log, an OTel export, a Responses API log)
+    ingested alone, against half its lines and against all of them in files of 64 MB: whether
+    memory grows with one file."""
     from rich.table import Table
 
     from traceforge.ingest.parts import PARTS_MIN_BYTES
 
     folder, _ = corpus_for(f"bigfile-{mode}", "mixed", SIZES[mode]["big_file"], None, file_mb=1e6)
+    responses, _ = corpus_for(
+        f"bigfile-responses-{mode}", "mixed", SIZES[mode]["big_responses"], None, 1e6, "openai-responses"
+    )
     table = Table(
         title="One big file, ingested alone: half its lines, all of them, and all of them in 64 MB "
         f"files (files of {PARTS_MIN_BYTES >> 20} MiB or more are written in parts)"
     )
     for column in ("file", "MB", "traces", "tool calls", "ingest s", "peak RSS MB", "against 64 MB files"):
         table.add_column(column, justify="right" if column != "file" else "left")
-    for fmt in ("transcripts", "openai-log", "otlp"):
-        source = next(folder.glob(f"{fmt}-*.jsonl"))
+    sources = [next(folder.glob(f"{fmt}-*.jsonl")) for fmt in ("transcripts", "openai-log", "otlp")]
+    for source in [*sources, next(responses.glob("openai-responses-*.jsonl"))]:
+        fmt = source.name.rsplit("-", 1)[0]
         measured = {}
         for layout in ("split", "half", "whole"):
             files = big_file_layout(source, scratch / f"{fmt}-{layout}", layout)

@@ -72,10 +72,9 @@ def test_workers_replace_a_changed_file_and_skip_unchanged_ones(small_corpus, tm
     assert snapshot(tmp_path / "store-1.duckdb") == snapshot(tmp_path / "store-2.duckdb")
 
 
-def test_the_corpus_ingests_to_what_its_generator_wrote(small_corpus, tmp_path):
-    folder, manifest = small_corpus
-    db = tmp_path / "store.duckdb"
-    ingest(db, [folder], workers=2)
+def assert_ingested_as_written(folder: Path, manifest: dict, db: Path) -> None:
+    """Each file's traces, LLM calls, tool calls and records in the store are what the generator
+    counted as it wrote them."""
     con = store.connect(db, read_only=True)
     try:
         for written in manifest["files"]:
@@ -101,6 +100,33 @@ def test_the_corpus_ingests_to_what_its_generator_wrote(small_corpus, tmp_path):
             assert (records, rejected) == (written["records"], 0), written["name"]
     finally:
         con.close()
+
+
+def test_the_corpus_ingests_to_what_its_generator_wrote(small_corpus, tmp_path):
+    folder, manifest = small_corpus
+    db = tmp_path / "store.duckdb"
+    ingest(db, [folder], workers=2)
+    assert_ingested_as_written(folder, manifest, db)
+
+
+def test_a_responses_api_log_corpus_ingests_to_what_its_generator_wrote(tmp_path):
+    """`--only openai-responses`: every run, long ones included, in a Responses API log whose calls
+    send only their new items; each run is one conversation again, rebuilt from those items."""
+    folder = tmp_path / "logs"
+    bench_corpus.generate(folder, tool_calls=600, file_mb=0.5, only="openai-responses")
+    manifest = json.loads((folder / bench_corpus.MANIFEST).read_text())
+    assert {f["format"] for f in manifest["files"]} == {"openai-responses"}
+    db = tmp_path / "store.duckdb"
+    ingest(db, [folder], workers=2)
+    assert_ingested_as_written(folder, manifest, db)
+    con = store.connect(db, read_only=True)
+    try:
+        (results_in_longest,) = con.execute(
+            "SELECT count(*) FROM messages WHERE role = 'tool' GROUP BY trace_id ORDER BY 1 DESC LIMIT 1"
+        ).fetchone()
+    finally:
+        con.close()
+    assert results_in_longest > bench_corpus.MAX_LOGGED_CALLS  # a long run, whole
 
 
 def test_the_corpus_follows_a_power_law_and_mixes_long_and_short_runs(small_corpus):
