@@ -251,12 +251,12 @@ def test_the_terminal_shows_stored_absolute_paths_as_a_user_would_type_them(tmp_
 
 
 def test_a_big_file_is_named_before_it_is_read_with_how_to_split_it(tmp_path, runner, monkeypatch):
-    """A big file whose traces are all held until it is read (a Responses API log; a JSON document,
-    read whole) takes more than its size in memory: ingest says so before reading it, with the
-    command that splits it (zcat first for gzip, whose decompressed size counts). Transcripts, Chat
-    Completions or Messages gateway logs and OTel, Langfuse or LangSmith exports, handed out a trace
-    at a time, small files, and a big file the store holds unchanged, are not named; the ingest goes
-    on either way."""
+    """A big file whose traces are all held until it is read (an agent framework's own log, here a
+    Claude Code session; a JSON document, read whole) takes more than its size in memory: ingest
+    says so before reading it, with the command that splits it (zcat first for gzip, whose
+    decompressed size counts). Transcripts, Chat Completions, Messages or Responses API logs and
+    OTel, Langfuse or LangSmith exports, handed out a trace at a time, small files, and a big file
+    the store holds unchanged, are not named; the ingest goes on either way."""
     import traceforge.ingest
     from traceforge.ingest import stream
 
@@ -267,6 +267,8 @@ def test_a_big_file_is_named_before_it_is_read_with_how_to_split_it(tmp_path, ru
     (logs / "spans.jsonl.gz").write_bytes(gzip.compress(spans))
     responses = (repo / "tests" / "fixtures" / "openai_responses" / "gateway.jsonl").read_bytes()
     (logs / "responses.jsonl.gz").write_bytes(gzip.compress(responses))
+    session = (repo / "tests" / "fixtures" / "claude_code" / "compacted_session.jsonl").read_bytes()
+    (logs / "session.jsonl.gz").write_bytes(gzip.compress(session))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(traceforge.ingest, "BIG_FILE_BYTES", 11_000)
     monkeypatch.setattr(stream, "CHUNK_BYTES", 8192)  # files of more than a chunk are streamed
@@ -276,7 +278,7 @@ def test_a_big_file_is_named_before_it_is_read_with_how_to_split_it(tmp_path, ru
     notes = [line for line in first.stderr.splitlines() if line.startswith("note:")]
     assert [note.split()[1] for note in notes] == [
         "logs/openai_chat_transcripts.json",
-        "logs/responses.jsonl.gz",
+        "logs/session.jsonl.gz",
     ]
     streamed = [
         "anthropic_messages_transcripts.jsonl",
@@ -284,7 +286,7 @@ def test_a_big_file_is_named_before_it_is_read_with_how_to_split_it(tmp_path, ru
         "openai_chat_legacy_functions.jsonl",
     ]
     assert all((logs / name).stat().st_size > 11_000 for name in streamed)  # handed out as read: not named
-    assert len(spans) > 11_000
+    assert len(spans) > 11_000 and len(responses) > 11_000
     assert notes == [
         "note: logs/openai_chat_transcripts.json holds 41.7kB of data. Its traces are all held in memory "
         "until the whole file is read, which can take more than its size. If it is JSON Lines, split "
@@ -292,20 +294,20 @@ def test_a_big_file_is_named_before_it_is_read_with_how_to_split_it(tmp_path, ru
         "(mkdir parts && split -C 64m -d --additional-suffix=.jsonl logs/openai_chat_transcripts.json "
         "parts/part-): the traces spread over the parts are joined, so the store holds the same "
         "traces.",
-        "note: logs/responses.jsonl.gz holds 24.4kB of data. Its traces are all held in memory until "
+        "note: logs/session.jsonl.gz holds 13.3kB of data. Its traces are all held in memory until "
         "the whole file is read, which can take more than its size. If it is JSON Lines, split it "
         "into files of about 64 MB and ingest those instead, to bound memory and use every core "
-        "(mkdir parts && zcat logs/responses.jsonl.gz | split -C 64m -d --additional-suffix=.jsonl - "
+        "(mkdir parts && zcat logs/session.jsonl.gz | split -C 64m -d --additional-suffix=.jsonl - "
         "parts/part-): the traces spread over the parts are joined, so the store holds the same "
         "traces.",
     ]
-    assert "7 new" in first.stderr
+    assert "8 new" in first.stderr
     again = runner.invoke(cli, ["ingest", "logs", "--db", db])
     assert again.exit_code == 0 and "note:" not in again.stderr, again.stderr
-    (logs / "responses.jsonl.gz").write_bytes(gzip.compress(responses + b"\n"))  # changed: named again
+    (logs / "session.jsonl.gz").write_bytes(gzip.compress(session + b"\n"))  # changed: named again
     changed = runner.invoke(cli, ["ingest", "logs", "--db", db])
-    assert [line[:37] for line in changed.stderr.splitlines() if line.startswith("note:")] == [
-        "note: logs/responses.jsonl.gz holds 2"
+    assert [line[:34] for line in changed.stderr.splitlines() if line.startswith("note:")] == [
+        "note: logs/session.jsonl.gz holds "
     ]
 
 

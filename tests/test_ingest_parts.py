@@ -24,6 +24,7 @@ from traceforge.ingest import (
     langfuse,
     langsmith,
     openai_chat,
+    openai_responses,
     otlp,
     parts,
     stream,
@@ -44,10 +45,12 @@ from store_snapshot import ingest, snapshot  # noqa: E402
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory) -> Path:
     """Every generated format (gateway logs whose conversations cross files, transcripts, OTel
-    spans), the sample traces (gzip, a JSON document), and the recorded fixtures of every adapter
-    (Claude Code sessions with sub-agents, Langfuse and LangSmith exports, bad lines)."""
+    spans, a Responses API log), the sample traces (gzip, a JSON document), and the recorded
+    fixtures of every adapter (Claude Code sessions with sub-agents, Langfuse and LangSmith exports,
+    bad lines)."""
     folder = tmp_path_factory.mktemp("parts") / "logs"
     bench_corpus.generate(folder / "corpus", tool_calls=800, file_mb=0.25)
+    bench_corpus.generate(folder / "responses", tool_calls=300, file_mb=0.25, only="openai-responses")
     shutil.copytree(REPO / "sample_traces", folder / "samples")
     shutil.copytree(REPO / "tests" / "fixtures", folder / "fixtures")
     return folder
@@ -277,6 +280,152 @@ def test_a_gateway_log_that_changes_between_its_two_passes_fails(tmp_path, chang
     records = [Record(n, record, json.dumps(record)) for n, record in enumerate(second_pass, start=1)]
     with pytest.raises(SourceError, match="the file changed while it was read: ingest it again"):
         list(openai_chat.stream(records, str(tmp_path / "gateway.jsonl"), ParseResult()))
+
+
+def responses_call(
+    response_id: str,
+    previous: str | None,
+    items: list | str | None,
+    output: list,
+    started: int,
+    ended: int,
+    instructions: str = "You are a weather assistant.",
+    conversation: str | None = None,
+) -> dict:
+    """One Responses API log record: the request (`items`: its input, None for a record without it)
+    and the response, with the times the gateway saw (seconds from an epoch)."""
+    request: dict = {"model": "gpt-5", "instructions": instructions, "tools": [WEATHER_TOOL["function"]]}
+    if items is not None:
+        request["input"] = items
+    if previous:
+        request["previous_response_id"] = previous
+    if conversation:
+        request["conversation"] = conversation
+    response = {"id": response_id, "object": "response", "created_at": 1_760_000_000 + started}
+    response |= {"status": "completed", "model": "gpt-5", "output": output}
+    response["usage"] = {"input_tokens": 100, "output_tokens": 10}
+    stamp = "2025-10-09T09:{:02d}:{:02d}Z"
+    return {
+        "request": request,
+        "response": response,
+        "start_time": stamp.format(*divmod(started, 60)),
+        "end_time": stamp.format(*divmod(ended, 60)),
+    }
+
+
+def responses_run(n: int, cities: int, start: int, conversation: str | None = None) -> list[dict]:
+    """A weather run of `cities` tool calls made one after another, each call sending only its new
+    items after the response it continues (or, in a `conversation`, after the conversation's last)."""
+    records, previous, items = [], None, f"Weather in {cities} cities, run {n}?"
+    for k in range(cities + 1):
+        call_id = f"call_{n}_{k}"
+        if k < cities:
+            arguments = json.dumps({"city": f"city-{n}-{k}"})
+            output = [
+                {"type": "function_call", "call_id": call_id, "name": "get_weather", "arguments": arguments}
+            ]
+        else:
+            output = [
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": "Done."}],
+                }
+            ]
+        response_id = f"resp_{n}_{k}"
+        chained = None if conversation else previous
+        began = start + 6 * k
+        took = 1 + (n + k) % 5  # calls that take longer complete after calls made later
+        records.append(
+            responses_call(
+                response_id, chained, items, output, began, began + took, conversation=conversation
+            )
+        )
+        previous = response_id
+        items = [
+            {"type": "function_call_output", "call_id": call_id, "output": json.dumps({"temp_c": 10 + k})}
+        ]
+    return records
+
+
+def in_completion_order(records: list[dict]) -> list[dict]:
+    return sorted(records, key=lambda record: (record["end_time"], record["response"]["id"]))
+
+
+def test_a_responses_log_hands_out_each_conversation_once_its_last_call_is_read(tmp_path):
+    """Calls are logged as they complete, not in the order they were made; a call continuing a
+    response sends only its new items. A first pass orders and chains the calls as `parse` does;
+    each trace then comes as soon as the calls made up to its last one are read (a re-sampled call,
+    a branch, after the conversation it branched off), and the traces, counts and rejects are
+    `parse`'s."""
+    records = []
+    for n in range(12):  # overlapping runs
+        records += responses_run(n, cities=1 + n % 4, start=2 * n)
+    resample = json.loads(json.dumps(records[1]))  # the second call of run 0 made again
+    resample["response"]["id"] = "resp_again"
+    resample["response"]["output"][0]["content"] = [{"type": "output_text", "text": "Again."}]
+    records.append(resample)
+    records += responses_run(50, cities=2, start=30, conversation="conv_50")  # a conversation object
+    records.append(
+        responses_call("resp_lost", "resp_not_here", "and then?", records[0]["response"]["output"], 40, 45)
+    )
+    without_input = responses_call("resp_batch", None, None, records[-2]["response"]["output"], 41, 42)
+    records.append(without_input)
+    records.append({"request": {"model": "gpt-5", "input": "hi"}, "error": {"code": "rate_limit_exceeded"}})
+    ordered = [*in_completion_order(records[:-1]), records[-1]]
+    assert ordered != sorted(ordered, key=lambda record: record.get("start_time", ""))
+    ordered.insert(9, ordered[4])  # a record a shipper delivered twice
+    handed_out, result, whole = streamed_and_parsed(openai_responses, ordered, tmp_path / "responses.jsonl")
+
+    assert len(handed_out) == len(whole.traces) == 12 + 1 + 1 + 1 + 1
+    assert result.skipped == {api_log.DUPLICATE: 1} and len(result.rejects) == 1
+    assert result.records == len(ordered)
+    calls = {n: record["start_time"] for n, record in enumerate(ordered, start=1) if "response" in record}
+    del calls[10]  # the record delivered twice counts once
+    made = sorted(calls, key=lambda n: (calls[n], n))  # the order the calls were made
+    branch = next(trace for trace, _ in handed_out if trace.parent_source_id)
+    for trace, when in handed_out:
+        if trace is branch:
+            continue
+        lines_of = [call.source_line for call in trace.llm_calls]
+        last = max(made.index(n) for n in lines_of)
+        assert when == max(made[: last + 1]), trace.source_id  # the calls made up to its last are read
+    order = [trace.source_id for trace, _ in handed_out]
+    assert order.index(branch.parent_source_id) < order.index(branch.source_id)
+    assert sum(when < len(ordered) - 10 for _, when in handed_out) >= 8  # not held to the end
+    attributes = [trace.attributes for trace, _ in handed_out]
+    assert sum("previous_response_not_in_file" in a for a in attributes) == 1
+    assert sum("records_without_input" in a for a in attributes) == 1
+
+
+@pytest.mark.parametrize("kind", ["item reference", "instructions changed", "continues a later call"])
+def test_a_responses_log_a_first_pass_cannot_order_is_parsed_whole(tmp_path, kind):
+    """Where the first pass cannot stand for `parse` (an item named by id, whose item it did not
+    keep; instructions changed along a conversation, whose earlier items it did not keep; a call
+    continuing a response made after it), the file is parsed whole, and gives `parse`'s traces."""
+    records = responses_run(1, cities=3, start=0) + responses_run(2, cities=2, start=1)
+    if kind == "item reference":
+        records[1]["request"]["input"].append({"type": "item_reference", "id": "fc_earlier"})
+    elif kind == "instructions changed":
+        records[2]["request"]["instructions"] = "You are a terse weather assistant."
+    else:
+        records[1]["start_time"] = "2025-10-08T09:00:00Z"  # a clock that went wrong
+    records = in_completion_order(records)
+    lines = [json.dumps(record) for record in records]
+    assert openai_responses.plan(counted(lines, [])) is None
+    handed_out, result, whole = streamed_and_parsed(openai_responses, records, tmp_path / "responses.jsonl")
+    assert len(handed_out) == len(whole.traces) >= 2 and result.records == len(records)
+
+
+@pytest.mark.parametrize("change", ["appended", "cut", "edited"])
+def test_a_responses_log_that_changes_between_its_two_passes_fails(tmp_path, change):
+    run = responses_run(1, cities=3, start=0)
+    first_pass = {"appended": run[:2], "cut": run, "edited": run}[change]
+    second_pass = {"appended": run, "cut": run[:2], "edited": [run[0], {"not": "a call"}, *run[2:]]}[change]
+    write_jsonl(tmp_path / "responses.jsonl", first_pass)
+    records = [Record(n, record, json.dumps(record)) for n, record in enumerate(second_pass, start=1)]
+    with pytest.raises(SourceError, match="the file changed while it was read: ingest it again"):
+        list(openai_responses.stream(records, str(tmp_path / "responses.jsonl"), ParseResult()))
 
 
 def otel_export(logs: Path, folder: Path) -> Path:

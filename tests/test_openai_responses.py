@@ -248,3 +248,12 @@ def test_a_call_that_changes_instructions_mid_chain_is_a_consistent_trace_of_its
     assert strays == [(0,)]
     system = table(con, "SELECT content FROM messages WHERE trace_id = ? AND seq = 0", owner[chain_ids[2]])
     assert system == [(changed["request"]["instructions"],)]
+    # it opens its trace mid-conversation: it keeps a hash per message of its request, by which a
+    # later file's calls continuing it would be found (`ingest.log_joins`)
+    prefixes, answered_at = table(
+        con,
+        "SELECT c.request_prefixes, min(m.seq) FROM llm_calls c JOIN messages m USING (trace_id, call_id) "
+        "WHERE c.call_id = ? GROUP BY ALL",
+        chain_ids[2],
+    )[0]
+    assert len(prefixes) == answered_at > 2

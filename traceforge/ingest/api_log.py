@@ -364,12 +364,25 @@ class LogPlan:
 def plan(records: Iterable[Record]) -> LogPlan:
     """A log's `LogPlan`: its calls chained as `Conversations` chains them, holding a few dozen
     bytes per call, none of their content."""
-    chainer = grouping.Chainer()
-    found = LogPlan(chainer.chains)
+    planner = Planner()
     scratch = ParseResult()
     for exchange in _exchanges(records, scratch):
         scratch.rejects.clear()
         hash_chain(exchange)
+        planner.add(exchange)
+    return planner.finish()
+
+
+class Planner:
+    """A `LogPlan` built one exchange at a time, in the order the calls were made: each exchange
+    hashed (`prefixes`, `state`, `request_length`, `opens_mid_conversation`), its content not kept."""
+
+    def __init__(self) -> None:
+        self.chainer = grouping.Chainer()
+        self.plan = LogPlan(self.chainer.chains)
+
+    def add(self, exchange: Exchange) -> None:
+        found, chainer = self.plan, self.chainer
         chain = chainer.add(exchange.prefixes, exchange.state, exchange.key)
         item = len(found.lines)
         if chain == len(found.ends):
@@ -382,9 +395,11 @@ def plan(records: Iterable[Record]) -> LogPlan:
         found.chain_of.append(chain)
         found.states += exchange.state
         found.request_lengths.append(exchange.request_length)
-    for chain in chainer.chains:
-        chain.items = []  # the chainer's, not needed past it
-    return found
+
+    def finish(self) -> LogPlan:
+        for chain in self.chainer.chains:
+            chain.items = []  # the chainer's, not needed past it
+        return self.plan
 
 
 def _exchanges(records: Iterable[Record], result: ParseResult) -> Iterator[Exchange]:

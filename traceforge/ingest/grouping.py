@@ -28,11 +28,14 @@ class Chain:
     branch_item: int | None = None  # the record of the parent chain this one continues
 
 
+EMPTY = hashlib.blake2b(b"", digest_size=16).digest()  # the hash before any message
+
+
 def message_hashes(message_keys: list[str], start: bytes | None = None) -> list[bytes]:
     """Rolling hashes: element k covers `message_keys[0..k]`, continuing from the hash `start`
     (the hash of the messages before these) when given."""
     hashes = []
-    digest = start if start is not None else hashlib.blake2b(b"", digest_size=16).digest()
+    digest = start if start is not None else EMPTY
     for key in message_keys:
         digest = hashlib.blake2b(digest + key.encode(), digest_size=16).digest()
         hashes.append(digest)

@@ -296,9 +296,10 @@ def _responses_calls(family: _Family) -> list[_Call]:
     sending its whole input (stateless), the call whose conversation its input begins with."""
     calls = []
     known: dict[str, dict] = {}
+    repeats = openai_responses.Repeats()
     for path in sorted(family.records):
         for record in family.records[path]:
-            item = openai_responses.logged(record, known)
+            item = openai_responses.logged(record, known, repeats)
             if not isinstance(item, openai_responses.Logged):
                 continue
             key = item.exchange.key

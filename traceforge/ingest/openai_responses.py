@@ -24,13 +24,15 @@ records with different conversation ids apart.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from traceforge.ingest import api_log
-from traceforge.ingest.sources import Record
+from traceforge.ingest import api_log, grouping
+from traceforge.ingest.sources import Record, SourceError
+from traceforge.ingest.stream import FILE_CHANGED, read_twice
 from traceforge.ingest.values import as_id, as_int, as_str, dig, first, json_text, parse_arguments, text_of
 from traceforge.model import LlmCall, Message, ParseResult, Reject, ToolDef, Trace
 
@@ -294,9 +296,47 @@ def _conversation_id(request: dict, response: dict) -> str | None:
     return None
 
 
-def logged(record: Record, known: dict[str, dict]) -> Logged | Reject:
-    """A record's call, converted (`known`: the output items met so far, by id), or why it cannot
-    be used."""
+REPEATS_KEPT = 64  # distinct instructions, and tool sets of the same names, `Repeats` keeps
+
+
+class Repeats:
+    """What every request of a log sends again, kept once: the instructions and the tool
+    definitions, most of a Responses log's bytes. Held per record, they would take several times
+    the file in memory; a few dozen of the latest distinct ones are kept."""
+
+    def __init__(self) -> None:
+        self.texts: dict[str, str] = {}
+        self.tools: dict[tuple, list[tuple[list, list[ToolDef]]]] = {}
+
+    def text(self, value: str | None) -> str | None:
+        if not value:
+            return value
+        if len(self.texts) >= REPEATS_KEPT and value not in self.texts:
+            self.texts.clear()
+        return self.texts.setdefault(value, value)
+
+    def tool_defs(self, tools: Any) -> list[ToolDef]:
+        """`tool_defs(tools)`, the same definitions for the same tools."""
+        if not isinstance(tools, list):
+            return tool_defs(tools)
+        names = tuple(as_str(tool.get("name")) if isinstance(tool, dict) else None for tool in tools)
+        met = self.tools.setdefault(names, [])
+        for raw, defs in met:
+            if raw == tools:
+                return list(defs)
+        if len(self.tools) > REPEATS_KEPT:
+            self.tools = {names: met}
+        defs = tool_defs(tools)
+        met.append((tools, defs))
+        del met[:-REPEATS_KEPT]
+        return list(defs)
+
+
+def logged(record: Record, known: dict[str, dict] | None, repeats: Repeats | None = None) -> Logged | Reject:
+    """A record's call, converted (`known`: the output items met so far, by id, which its own are
+    added to; None where no record references an item; `repeats`: the instructions and tool
+    definitions met so far), or why it cannot be used."""
+    repeats = repeats or Repeats()
     request, response = unwrap(record.value)
     value = record.value if isinstance(record.value, dict) else {}
     if response is None:
@@ -315,7 +355,7 @@ def logged(record: Record, known: dict[str, dict]) -> Logged | Reject:
         )
     request = request or {}
     output = convert_items(response["output"], known)
-    for item in response["output"]:
+    for item in response["output"] if known is not None else ():
         if isinstance(item, dict) and as_id(item.get("id")):
             known[item["id"]] = item
     if not output:
@@ -336,7 +376,7 @@ def logged(record: Record, known: dict[str, dict]) -> Logged | Reject:
         errors={},
         response=output,
         call=call,
-        tool_defs=tool_defs(request.get("tools", response.get("tools"))),
+        tool_defs=repeats.tool_defs(request.get("tools", response.get("tools"))),
         key=_conversation_id(request, response) or as_id(_first_of(sources, api_log.CONVERSATION_ID_PATHS)),
         workload=as_str(_first_of(sources, api_log.WORKLOAD_PATHS)),
         agent=as_str(_first_of(sources, api_log.AGENT_PATHS)),
@@ -346,7 +386,7 @@ def logged(record: Record, known: dict[str, dict]) -> Logged | Reject:
         response_id=as_id(response.get("id")),
         previous_id=as_id(request.get("previous_response_id")) or as_id(response.get("previous_response_id")),
         conversation_id=_conversation_id(request, response),
-        instructions=text_of(instructions),
+        instructions=repeats.text(text_of(instructions)),
         input=convert_items(request.get("input"), known),
         input_logged="input" in request,
         output=output,
@@ -369,10 +409,11 @@ def parse(records: Iterable[Record], source_path: str) -> ParseResult:
     result = ParseResult()
     items: list[Logged] = []
     known: dict[str, dict] = {}
+    repeats = Repeats()
     once = api_log.LoggedOnce()
     for record in records:
         result.records += 1
-        converted = logged(record, known)
+        converted = logged(record, known, repeats)
         if isinstance(converted, Reject):
             result.rejects.append(converted)
         elif once.again(converted.exchange, by_content=False):
@@ -391,40 +432,391 @@ def traces_of(ordered: list[Logged]) -> list[Trace]:
     other per-request logs; a call whose `previous_response_id` is not among the records also keeps
     that id in its `request_prefixes`: the call it continues is the one with that `call_id`.
     """
-    history: dict[str, list[Message]] = {}  # response id -> the items the model had seen, and answered
-    threads: dict[str, list[Message]] = {}  # conversation id -> its items so far
-    unresolved: dict[int, str] = {}  # id(item) -> its previous response id, not among the records
+    history: dict[str, Said] = {}  # response id -> what its conversation had said, and its answer
+    threads: dict[str, Said] = {}  # conversation id -> its items so far
+    systems = Systems()
+    unresolved: dict[int, str] = {}  # id(call) -> its previous response id, not among the records
     for item in ordered:
-        prior: list[Message] = []
+        before = None
         if item.previous_id:
-            if item.previous_id in history:
-                prior = history[item.previous_id]
-            else:
-                unresolved[id(item)] = item.previous_id
+            before = history.get(item.previous_id)
+            if before is None:
+                unresolved[id(item.exchange.call)] = item.previous_id
         elif item.conversation_id:
-            prior = threads.get(item.conversation_id, [])
-        # Copies: a conversation's traces each own their messages (assemble rewrites them).
-        seen = [*copy.deepcopy(prior), *item.input]
-        item.exchange.request = item.system() + seen
+            before = threads.get(item.conversation_id)
+        said = Said(before, [*item.input, *item.output])
+        _hash(item, said, systems)
+        _give_request(item, said)
         if item.response_id:
-            history[item.response_id] = [*seen, *item.output]
+            history[item.response_id] = said
         if item.conversation_id:
-            threads[item.conversation_id] = [*seen, *item.output]
-    by_call = {id(item.exchange.call): item for item in ordered}
+            threads[item.conversation_id] = said
+    logged_input = {id(item.exchange.call): item.input_logged for item in ordered}
     traces = api_log.build_traces([item.exchange for item in ordered], rejoinable=True)
-    for item in ordered:
-        if id(item) in unresolved:
-            call = item.exchange.call
-            call.request_prefixes = [*(call.request_prefixes or []), unresolved[id(item)]]
     for trace in traces:
-        items = [by_call[id(call)] for call in trace.llm_calls]
-        missing_input = sum(1 for item in items if not item.input_logged)
-        if missing_input:
-            trace.attributes["records_without_input"] = missing_input
-        previous = [unresolved[id(item)] for item in items if id(item) in unresolved]
-        if previous:
-            trace.attributes["previous_response_not_in_file"] = previous
+        _describe(trace, logged_input, unresolved)
     return traces
+
+
+def _describe(trace: Trace, logged_input: dict[int, bool], unresolved: dict[int, str]) -> None:
+    """Note on a trace (by id(call)) its calls whose records lacked their input, and the previous
+    responses its calls continue that are not among the records; those calls also keep that id in
+    their `request_prefixes`."""
+    missing_input = sum(1 for call in trace.llm_calls if not logged_input[id(call)])
+    if missing_input:
+        trace.attributes["records_without_input"] = missing_input
+    previous = []
+    for call in trace.llm_calls:
+        if id(call) in unresolved:
+            previous.append(unresolved[id(call)])
+            call.request_prefixes = [*(call.request_prefixes or []), unresolved[id(call)]]
+    if previous:
+        trace.attributes["previous_response_not_in_file"] = previous
+
+
+class Said:
+    """What one call added to its conversation (its input items and its output), after what the
+    call it continues had (`before`): a conversation is the chain of these back to its first call.
+
+    A call continuing a previous response sends only its new items, so holding each call's whole
+    conversation would take memory growing with the square of a conversation's length; this holds
+    each item once. Its messages stay as converted (a trace is given copies, which it rewrites), and
+    the prefix hashes of its messages are kept for the digest they continue from (the instructions'
+    hash, the same along a conversation), so that a conversation is hashed once, not per call.
+    """
+
+    __slots__ = ("before", "count", "digests", "has_assistant", "messages", "own", "start")
+
+    def __init__(self, before: Said | None, messages: list[Message]) -> None:
+        self.before = before
+        self.messages: list[Message] | None = messages  # None once let go (`plan`: the hashes are kept)
+        self.own = len(messages)
+        self.count = self.own + (before.count if before else 0)  # messages up to here
+        self.has_assistant = bool(before and before.has_assistant) or any(
+            m.role == "assistant" for m in messages
+        )
+        self.start = b""  # the digest `digests` continue from
+        self.digests = b""  # 16 bytes per message: the rolling prefix hash after it
+
+    def parts(self) -> list[Said]:
+        """This and every part before it, the first first."""
+        found, part = [], self
+        while part is not None:
+            found.append(part)
+            part = part.before
+        return found[::-1]
+
+    def conversation(self) -> list[Message]:
+        """Copies of every message up to here (for a trace, which rewrites them)."""
+        return copy.deepcopy([m for part in self.parts() for m in part.messages or ()])
+
+    def prefix_hashes(self, start: bytes) -> list[bytes] | None:
+        """The rolling hashes after each message up to here, continuing from `start` (as
+        `grouping.message_hashes` gives them); None where a part whose messages were let go would
+        have to be hashed from another start (the instructions changed along the conversation)."""
+        hashes: list[bytes] = []
+        digest = start
+        for part in self.parts():
+            if part.start != digest or len(part.digests) != 16 * part.own:
+                if part.messages is None:
+                    return None
+                keys = [api_log.message_key(m) for m in part.messages]
+                part.start, part.digests = digest, b"".join(grouping.message_hashes(keys, start=digest))
+            hashes.extend(part.digests[k : k + 16] for k in range(0, len(part.digests), 16))
+            if part.digests:
+                digest = part.digests[-16:]
+        return hashes
+
+
+class Systems:
+    """The prefix hashes of each distinct `instructions` text's system message, made once (for the
+    latest few dozen texts, as `Repeats` keeps them)."""
+
+    def __init__(self) -> None:
+        self.known: dict[str | None, list[bytes]] = {}
+
+    def hashes(self, instructions: str | None) -> list[bytes]:
+        found = self.known.get(instructions)
+        if found is None:
+            if len(self.known) >= REPEATS_KEPT:
+                self.known.clear()
+            system = [Message(role="system", content=instructions)] if instructions else []
+            keys = [api_log.message_key(m) for m in system]
+            found = self.known[instructions] = grouping.message_hashes(keys)
+        return found
+
+
+def _hash(item: Logged, said: Said, systems: Systems) -> bool:
+    """Set the hashes that chain `item`'s call (`api_log.hash_chain`'s, from its request: the
+    instructions, what came before, its input); False where they cannot be made (`prefix_hashes`)."""
+    system = systems.hashes(item.instructions)
+    hashes = said.prefix_hashes(system[-1] if system else grouping.EMPTY)
+    if hashes is None:
+        return False
+    exchange = item.exchange
+    exchange.prefixes = system + hashes[: len(hashes) - len(item.output)]
+    exchange.state = hashes[-1]
+    exchange.request_length = len(system) + said.count - len(item.output)
+    before = said.before
+    exchange.opens_mid_conversation = bool(before and before.has_assistant) or any(
+        m.role == "assistant" for m in item.input
+    )
+    exchange.hashed = True
+    return True
+
+
+def _give_request(item: Logged, said: Said) -> None:
+    """Give `item`'s exchange copies of its response and, converted only if its trace is built from
+    it, of its request."""
+    exchange = item.exchange
+    exchange.response = copy.deepcopy(item.output)
+
+    def request() -> tuple[list[Message], dict[int, bool]]:
+        messages = said.conversation()
+        return item.system() + messages[: len(messages) - len(item.output)], {}
+
+    exchange.request, exchange.convert_request = [], request
+
+
+def stream(
+    records: Iterable[Record],
+    source_path: str,
+    result: ParseResult,
+    on_first_pass: Callable[[int], None] | None = None,
+) -> Iterator[Trace]:
+    """`parse`'s traces one by one, each as soon as its conversation's last call is read, so that a
+    big log is not held whole (`traceforge.ingest.parts`).
+
+    A first pass (`plan`) orders the calls as `parse` does and chains them, keeping their hashes,
+    not their items; the second converts `records` again and builds each conversation's trace at its
+    last call, holding what a response said only while a later call can still continue it. Calls
+    logged out of order wait for the calls made before them. Where the first pass cannot stand for
+    `parse` (an item referenced by id, instructions changed along a conversation, a call that
+    continues a response made after it), the file is parsed whole.
+    """
+    hand_out = functools.partial(_as_planned, source_path=source_path)
+    return read_twice(records, source_path, result, on_first_pass, parse, plan, hand_out)
+
+
+@dataclass(slots=True)
+class _Planned:
+    """A call as the first pass keeps it: what orders and chains it, and what it continues."""
+
+    line: int
+    started: datetime | None
+    key: str | None  # its conversation id, as `api_log.Exchange.key`
+    response_id: str | None
+    previous_id: str | None
+    conversation_id: str | None
+    before: _Planned | None  # the call it continues, met before it in the file
+    said: Said  # its messages let go, their hashes kept
+    system: list[bytes]  # its instructions' prefix hashes
+    outputs: int  # messages its response added
+    state: bytes
+    request_length: int
+    opens_mid_conversation: bool
+
+    def exchange(self) -> api_log.Exchange:
+        """An exchange holding what `api_log.Planner` chains by (its hashes made again)."""
+        hashes = self.said.prefix_hashes(self.system[-1] if self.system else grouping.EMPTY) or []
+        return api_log.Exchange(
+            line=self.line,
+            source_format=FORMAT,
+            request=[],
+            errors={},
+            response=[],
+            call=LlmCall(),
+            tool_defs=[],
+            key=self.key,
+            workload=None,
+            agent=None,
+            prefixes=self.system + hashes[: len(hashes) - self.outputs],
+            state=self.state,
+            hashed=True,
+            request_length=self.request_length,
+            opens_mid_conversation=self.opens_mid_conversation,
+        )
+
+
+@dataclass
+class ResponsesPlan:
+    """What `plan` learns: the `api_log.LogPlan` of the calls in the order they were made; the
+    previous responses not among the records, by call (its place in that order); and how long each
+    response and each conversation id must be held (the place of the last call continuing it)."""
+
+    log: api_log.LogPlan
+    unresolved: dict[int, str] = field(default_factory=dict)
+    response_until: dict[str, int] = field(default_factory=dict)
+    thread_until: dict[str, int] = field(default_factory=dict)
+
+
+def plan(records: Iterable[Record]) -> ResponsesPlan | None:
+    """A log's `ResponsesPlan`, or None where its traces cannot be built as they end (see `stream`).
+
+    The calls are hashed in the file's order, each continuing the call met before it that `parse`
+    would find; then chained in the order `parse` takes them, where each must continue the same
+    call again.
+    """
+    once = api_log.LoggedOnce()
+    systems = Systems()
+    repeats = Repeats()
+    history: dict[str, _Planned] = {}
+    threads: dict[str, _Planned] = {}
+    kept: list[_Planned] = []
+    for record in records:
+        if _references_items(record.value):
+            return None
+        item = logged(record, None, repeats)
+        if isinstance(item, Reject) or once.again(item.exchange, by_content=False):
+            continue
+        before = None
+        if item.previous_id:
+            before = history.get(item.previous_id)
+        elif item.conversation_id:
+            before = threads.get(item.conversation_id)
+        said = Said(before.said if before else None, [*item.input, *item.output])
+        if not _hash(item, said, systems):
+            return None
+        said.messages = None
+        exchange = item.exchange
+        planned = _Planned(
+            line=item.line,
+            started=exchange.call.started_at,
+            key=exchange.key,
+            response_id=item.response_id,
+            previous_id=item.previous_id,
+            conversation_id=item.conversation_id,
+            before=before,
+            said=said,
+            system=systems.hashes(item.instructions),
+            outputs=len(item.output),
+            state=exchange.state,
+            request_length=exchange.request_length,
+            opens_mid_conversation=exchange.opens_mid_conversation,
+        )
+        kept.append(planned)
+        if item.response_id:
+            history[item.response_id] = planned
+        if item.conversation_id:
+            threads[item.conversation_id] = planned
+    return _chained(kept)
+
+
+def _references_items(value: object) -> bool:
+    """Whether a record's input names an earlier item by id (`item_reference`)."""
+    request, _ = unwrap(value)
+    items = request.get("input") if request else None
+    return isinstance(items, list) and any(
+        isinstance(item, dict) and item.get("type") == "item_reference" for item in items
+    )
+
+
+def _chained(kept: list[_Planned]) -> ResponsesPlan | None:
+    """The plan of the first pass's calls, taken in `parse`'s order (`_order`), or None where a
+    call would continue another call there than in the file's order."""
+    ordered = kept
+    if all(planned.started for planned in kept):
+        ordered = sorted(kept, key=lambda planned: (planned.started or datetime.min, planned.line))
+    planner = api_log.Planner()
+    found = ResponsesPlan(planner.plan)
+    history: dict[str, _Planned] = {}
+    threads: dict[str, _Planned] = {}
+    for index, planned in enumerate(ordered):
+        before = None
+        if planned.previous_id:
+            before = history.get(planned.previous_id)
+            if before is None:
+                found.unresolved[index] = planned.previous_id
+            else:
+                found.response_until[planned.previous_id] = index
+        elif planned.conversation_id:
+            before = threads.get(planned.conversation_id)
+        if before is not planned.before:
+            return None
+        planner.add(planned.exchange())
+        if planned.response_id:
+            history[planned.response_id] = planned
+        if planned.conversation_id:
+            threads[planned.conversation_id] = planned
+            found.thread_until[planned.conversation_id] = index
+    found.log = planner.finish()
+    return found
+
+
+def _as_planned(
+    records: Iterable[Record], found: ResponsesPlan | None, result: ParseResult, source_path: str
+) -> Iterator[Trace]:
+    """The second pass: the calls converted again, taken in the plan's order (a call read before
+    its turn waits for it), each conversation's trace built at its last call."""
+    if found is None:
+        yield from parse(records, source_path).drain_into(result)
+        return
+    conversations = api_log.Conversations(rejoinable=True, plan=found.log)
+    lines = found.log.lines
+    once = api_log.LoggedOnce()
+    repeats = Repeats()
+    early: dict[int, Logged] = {}  # line -> a call read before its turn
+    history: dict[str, Said] = {}
+    threads: dict[str, Said] = {}
+    logged_input: dict[int, bool] = {}  # id(call) -> whether its record held its input, until built
+    unresolved: dict[int, str] = {}  # id(call) -> its previous response id, not among the records
+    index = 0
+    for record in records:
+        result.records += 1
+        converted = logged(record, None, repeats)
+        if isinstance(converted, Reject):
+            result.rejects.append(converted)
+            continue
+        if once.again(converted.exchange, by_content=False):
+            result.skip(api_log.DUPLICATE)
+            continue
+        early[converted.line] = converted
+        while index < len(lines) and lines[index] in early:
+            item = early.pop(lines[index])
+            before = None
+            if item.previous_id:
+                before = history.get(item.previous_id)
+            elif item.conversation_id:
+                before = threads.get(item.conversation_id)
+            said = Said(before, [*item.input, *item.output])
+            _give_request(item, said)
+            call = item.exchange.call
+            logged_input[id(call)] = item.input_logged
+            if index in found.unresolved:
+                unresolved[id(call)] = found.unresolved[index]
+            conversations.add_planned(item.exchange)
+            _remember(item, said, index, found, history, threads)
+            index += 1
+            for trace in conversations.ended():
+                _describe(trace, logged_input, unresolved)
+                for done in trace.llm_calls:
+                    logged_input.pop(id(done))
+                    unresolved.pop(id(done), None)
+                yield trace
+    if early or index < len(lines):
+        raise SourceError(FILE_CHANGED)
+    conversations.check_planned()
+
+
+def _remember(
+    item: Logged,
+    said: Said,
+    index: int,
+    found: ResponsesPlan,
+    history: dict[str, Said],
+    threads: dict[str, Said],
+) -> None:
+    """Hold what `item` said while a later call continues it, and let go of what it was the last to
+    continue."""
+    if item.previous_id and found.response_until.get(item.previous_id) == index:
+        history.pop(item.previous_id, None)
+    if item.response_id and found.response_until.get(item.response_id, -1) > index:
+        history[item.response_id] = said
+    if item.conversation_id:
+        if found.thread_until.get(item.conversation_id, -1) > index:
+            threads[item.conversation_id] = said
+        else:
+            threads.pop(item.conversation_id, None)
 
 
 def sniff(sample: list[Record]) -> float:
