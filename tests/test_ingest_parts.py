@@ -16,6 +16,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+import traceforge.ingest as ingest_module
 from traceforge import store
 from traceforge.cli import cli
 from traceforge.ingest import (
@@ -703,10 +704,12 @@ def test_a_file_in_parts_says_how_much_of_it_is_read(tmp_path, monkeypatch, comp
 @pytest.mark.parametrize("compressed", [False, True])
 def test_a_file_read_twice_counts_both_readings_in_how_much_is_read(tmp_path, monkeypatch, compressed):
     """A gateway log is read twice: its first pass reports as it goes, and the progress runs over
-    twice its size, the first reading's bytes, then the second's after them."""
+    twice its size, the first reading's bytes, then the second's after them, as it goes too (here
+    the file is one part)."""
     monkeypatch.setattr(stream, "CHUNK_BYTES", 65536)
     monkeypatch.setattr(stream, "PROGRESS_RECORDS", 50)
-    in_parts(monkeypatch, rows=200)
+    monkeypatch.setattr(ingest_module, "PROGRESS_TRACES", 10)
+    in_parts(monkeypatch, rows=1_000_000)
     runs = [weather_run(n, cities=3) for n in range(150)]
     for run in runs:  # a field gzip cannot shrink, so that a gzip file is read over many chunks too
         for record in run.records:

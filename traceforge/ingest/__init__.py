@@ -42,6 +42,7 @@ BIG_FILE_BYTES = 1 << 30
 BATCH_ROWS = 50_000
 BATCH_BYTES = 256 << 20
 RAW_SAMPLE_CHARS = 65_536
+PROGRESS_TRACES = 64  # how often a file written in parts reports how far it has been read
 
 
 @dataclass
@@ -106,10 +107,11 @@ def ingest_paths(
     `fmt` forces an adapter by name (see `traceforge.ingest.detect.formats()`); "auto" detects it
     per file. `on_file(path, index, total)` is called as each file is taken up, for progress display;
     `on_big_file(path, size, compressed)` before any is read, for each new or changed file of at
-    least `BIG_FILE_BYTES` decompressed (see `big_files`); `on_part(path, read, size)` after each
-    part of a file written in parts (`traceforge.ingest.parts`), with the bytes of it read so far
-    out of those to read: its size on disk, or twice that for a file read twice (a gateway log; an
-    OTel, Langfuse or LangSmith export), whose first pass reports as it goes.
+    least `BIG_FILE_BYTES` decompressed (see `big_files`); `on_part(path, read, size)` as a file
+    written in parts (`traceforge.ingest.parts`) is read (after each part, and every
+    `PROGRESS_TRACES` traces), with the bytes of it read so far out of those to read: its size on
+    disk, or twice that for a file read twice (a gateway or Responses API log; an OTel, Langfuse or
+    LangSmith export), whose first pass reports as it goes.
     `workers` processes parse files while this one writes (`traceforge.ingest.parallel`); by default
     one per CPU when the files hold more than `parallel.PARALLEL_MIN_BYTES`, else files are parsed
     here. The store ends up the same either way.
@@ -391,8 +393,19 @@ def _ingest_in_parts(
         elif on_part:
             on_part(path, opened.bytes_read(), parsed.size)
 
+    if on_part:
+        traces = _reporting(traces, progress)
     parsed, written, joins = parts.write_in_parts(con, parsed, traces, opened.rejects, replaces, progress)
     return _file_report(parsed, written), joins
+
+
+def _reporting(traces: Iterator[Trace], progress: Callable[[], None]) -> Iterator[Trace]:
+    """`traces`, calling `progress()` every `PROGRESS_TRACES` of them: a part can take many seconds
+    to fill (one per 9% of a big gateway log), and the progress bar should move meanwhile."""
+    for count, trace in enumerate(traces, start=1):
+        yield trace
+        if count % PROGRESS_TRACES == 0:
+            progress()
 
 
 def _parsed_whole(adapter: ModuleType, records: Iterator[Record], parsed: ParsedFile) -> Iterator[Trace]:
