@@ -375,10 +375,13 @@ def big_file_table(mode: str, scratch: Path, workers: int | None, note: Any) -> 
     return table
 
 
+SPLIT_BYTES = 64 << 20  # the files `big_file_layout` cuts a big file into, as `split -C 64m` does
+
+
 def big_file_layout(source: Path, folder: Path, layout: str) -> Path:
     """A folder holding `source` as it is (`whole`, a hard link where the file system allows), its
-    first half of lines (`half`), or its lines in files of about 64 MB (`split`: what `split -C 64m`
-    writes)."""
+    first lines up to half its bytes (`half`), or its lines in files of at most `SPLIT_BYTES`
+    (`split`: what `split -C 64m` writes)."""
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     target = folder / source.name
@@ -388,7 +391,7 @@ def big_file_layout(source: Path, folder: Path, layout: str) -> Path:
         except OSError:
             shutil.copyfile(source, target)
         return folder
-    limit = source.stat().st_size // 2 if layout == "half" else 64 << 20
+    limit = source.stat().st_size // 2 if layout == "half" else SPLIT_BYTES
     part, written, out = 0, 0, None
     with source.open("rb") as lines:
         for line in lines:

@@ -1,5 +1,6 @@
 """The benchmark scripts as a user runs them from a shell: `benchmarks/recut_logs.py` (gateway logs and
-OTel exports cut mid-conversation, mid-trace) and `benchmarks/run.py`'s argument checks."""
+OTel exports cut mid-conversation, mid-trace), `benchmarks/run.py`'s argument checks, and the layouts
+its big-file table ingests."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
 import corpus as bench_corpus  # noqa: E402
+import run as bench  # noqa: E402
 
 
 def script(name: str, *args: str | Path) -> subprocess.CompletedProcess:
@@ -90,3 +92,25 @@ def test_run_refuses_fewer_than_one_round_before_measuring_anything(rounds, tmp_
     assert "--rounds must be 1 or more" in done.stderr
     assert done.stdout == ""
     assert "traceforge benchmark" not in done.stderr  # stopped before the run's header, corpora and stores
+
+
+def test_the_big_file_table_ingests_a_file_whole_its_first_half_and_split_at_whole_lines(
+    corpus, tmp_path, monkeypatch
+):
+    source = next(corpus.glob("openai-log-*.jsonl"))
+    content = source.read_bytes()
+    monkeypatch.setattr(bench, "SPLIT_BYTES", len(content) // 5)
+
+    whole = bench.big_file_layout(source, tmp_path / "whole", "whole")
+    assert [path.read_bytes() for path in whole.iterdir()] == [content]
+    assert bench.big_file_layout(source, tmp_path / "whole", "whole") == whole  # made again: replaced
+
+    (half,) = bench.big_file_layout(source, tmp_path / "half", "half").iterdir()
+    kept = half.read_bytes()
+    assert content.startswith(kept) and kept.endswith(b"\n")
+    assert len(content) // 2 - len(content.splitlines()[kept.count(b"\n")]) <= len(kept) <= len(content) // 2
+
+    split = sorted(bench.big_file_layout(source, tmp_path / "split", "split").iterdir())
+    assert len(split) >= 5 and b"".join(path.read_bytes() for path in split) == content
+    assert all(path.read_bytes().endswith(b"\n") for path in split)
+    assert all(path.stat().st_size <= bench.SPLIT_BYTES for path in split)
