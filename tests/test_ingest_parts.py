@@ -399,6 +399,17 @@ def test_a_responses_log_hands_out_each_conversation_once_its_last_call_is_read(
     assert sum("records_without_input" in a for a in attributes) == 1
 
 
+@pytest.mark.parametrize("fixture", ["gateway.jsonl", "batch_output.jsonl"])
+def test_the_recorded_responses_logs_read_twice_give_parse_s_traces(tmp_path, fixture):
+    """Stateless calls re-sending every item (reasoning included), hosted tools, a failed call, Batch
+    API output without its input: the first pass plans them, and the traces are `parse`'s."""
+    path = REPO / "tests" / "fixtures" / "openai_responses" / fixture
+    items = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    assert openai_responses.plan(counted([json.dumps(item) for item in items], [])) is not None
+    handed_out, result, whole = streamed_and_parsed(openai_responses, items, tmp_path / fixture)
+    assert len(handed_out) == len(whole.traces) >= 2 and result.rejects
+
+
 @pytest.mark.parametrize("kind", ["item reference", "instructions changed", "continues a later call"])
 def test_a_responses_log_a_first_pass_cannot_order_is_parsed_whole(tmp_path, kind):
     """Where the first pass cannot stand for `parse` (an item named by id, whose item it did not
