@@ -28,6 +28,7 @@ from traceforge.ingest import (
     openai_responses,
     otlp,
     parts,
+    sources,
     stream,
     writer,
 )
@@ -77,6 +78,35 @@ def test_files_written_in_parts_give_the_store_whole_files_give(logs, tmp_path, 
     assert [(f.path, f.status) for f in split.files] == [(f.path, f.status) for f in whole.files]
     assert split.totals() == whole.totals()
     assert split.joined == whole.joined
+    assert snapshot(tmp_path / "parts.duckdb") == snapshot(tmp_path / "whole.duckdb")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_gzip_file_holding_more_than_its_trailer_says_is_written_in_parts(
+    logs, tmp_path, monkeypatch, workers
+):
+    """A gzip trailer records only its last member's size (and modulo 4 GiB): a log appended to as
+    several members looks small. Parsed whole, it is found out once its content passes the size
+    written in parts, and written in parts instead; the store is the one the file gives whole."""
+    content = b"".join(path.read_bytes() for path in sorted((logs / "corpus").glob("openai-log-*.jsonl")))
+    lines = content.splitlines(keepends=True)
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    appended = folder / "gateway.jsonl.gz"
+    appended.write_bytes(gzip.compress(b"".join(lines[:-1])) + gzip.compress(lines[-1]))  # two members
+    shutil.copy(next((logs / "corpus").glob("transcripts-*.jsonl")), folder)  # two files: the pool is used
+    size, compressed = sources.content_size(appended)
+    assert compressed and size < len(content) // 4  # what the trailer says
+    whole = ingest(tmp_path / "whole.duckdb", [folder], workers=workers)
+    in_parts(monkeypatch, min_bytes=len(content) // 2, rows=60)
+    written = []
+    real_part_rows = writer.part_rows
+    monkeypatch.setattr(
+        writer, "part_rows", lambda con, path, *rest: written.append(path) or real_part_rows(con, path, *rest)
+    )
+    split = ingest(tmp_path / "parts.duckdb", [folder], workers=workers)
+    assert len(written) > 3 and set(written) == {str(appended)}
+    assert split.totals() == whole.totals() and split.totals()["traces"] > 10
     assert snapshot(tmp_path / "parts.duckdb") == snapshot(tmp_path / "whole.duckdb")
 
 

@@ -137,7 +137,7 @@ def ingest_paths(
             on_big_file(path, size, compressed)
     count = _worker_count(workers, files)
     if count > 1:
-        outcomes = parallel.parse_in_pool(files, fmt, dict(known), count, in_parts)
+        outcomes = parallel.parse_in_pool(files, fmt, dict(known), count, in_parts, parts.PARTS_MIN_BYTES)
     else:
         outcomes = (_outcome_here(path, known, by_sha, adapter, in_parts) for path in files)
     batch: list[parallel.Prepared | ParsedFile] = []
@@ -279,7 +279,10 @@ def _outcome_here(
         return parallel.Outcome(key, sha, "skipped")
     if key in in_parts:
         return parallel.Outcome(key, sha, "in parts")
-    parsed = _parse_file(path, sha, adapter)
+    try:
+        parsed = _parse_file(path, sha, adapter, parts.PARTS_MIN_BYTES)
+    except BiggerThanItsTrailerSays:
+        return parallel.Outcome(key, sha, "in parts")
     parsed.replaces = key in known
     return parallel.Outcome(key, sha, "parsed", parsed=parsed)
 
@@ -301,6 +304,7 @@ class _Opened:
     records: Iterator[Record] | None = None  # every record, the sample's included
     rejects: list[Reject] = field(default_factory=list)  # lines that are not JSON, added as read
     bytes_read: Callable[[], int] = lambda: 0  # of the file on disk, so far (`OpenedFile.bytes_read`)
+    content_read: Callable[[], int] = lambda: 0  # of its decompressed content (`OpenedFile.content_read`)
 
 
 def _open_file(path: Path, sha: str, adapter: ModuleType | None) -> _Opened:
@@ -337,23 +341,38 @@ def _open_file(path: Path, sha: str, adapter: ModuleType | None) -> _Opened:
         return _Opened(ParsedFile(key, sha, opened.size, None, error=str(exc)))
     parsed.format = chosen.FORMAT
     records = itertools.chain(sample, opened.records)
-    return _Opened(parsed, chosen, sample, records, rejects, opened.bytes_read)
+    return _Opened(parsed, chosen, sample, records, rejects, opened.bytes_read, lambda: opened.content_read)
 
 
-def _parse_file(path: Path, sha: str, adapter: ModuleType | None) -> ParsedFile:
-    """Read and parse one file whole."""
+class BiggerThanItsTrailerSays(Exception):
+    """A gzip file parsed whole holds more than `parts.PARTS_MIN_BYTES` after all: its trailer
+    (`sources.content_size`) gave only its last member's size, or its size modulo 4 GiB. It is
+    written in parts instead, as its real size would have had it."""
+
+
+def _parse_file(path: Path, sha: str, adapter: ModuleType | None, limit: int | None = None) -> ParsedFile:
+    """Read and parse one file whole; raises BiggerThanItsTrailerSays once more than `limit` bytes
+    of its content have been read."""
     opened = _open_file(path, sha, adapter)
     parsed = opened.parsed
     if opened.records is None:
         return parsed
+    records = opened.records if limit is None else _within(opened.records, opened.content_read, limit)
     try:
-        result = opened.adapter.parse(opened.records, parsed.path)
+        result = opened.adapter.parse(records, parsed.path)
     except SourceError as exc:  # a streamed file whose gzip data breaks off after its start
         return ParsedFile(parsed.path, sha, parsed.size, None, error=str(exc))
     result.rejects[:0] = opened.rejects
     result.records += len(opened.rejects)
     parsed.result = result
     return parsed
+
+
+def _within(records: Iterator[Record], content_read: Callable[[], int], limit: int) -> Iterator[Record]:
+    for record in records:
+        if content_read() >= limit:
+            raise BiggerThanItsTrailerSays
+        yield record
 
 
 def _ingest_in_parts(

@@ -69,11 +69,17 @@ class Prepared:
 
 
 def prepare_file(
-    path_text: str, fmt: str, known: dict[str, str], shas: set[str], in_parts: set[str] = frozenset()
+    path_text: str,
+    fmt: str,
+    known: dict[str, str],
+    shas: set[str],
+    in_parts: set[str] = frozenset(),
+    parts_min_bytes: int | None = None,
 ) -> Outcome:
     """Hash and parse one file into rows, as a worker does (`known`: path -> sha256 in the store,
-    `shas`: its values; `in_parts`: the files the main process parses, to write them in parts)."""
-    from traceforge.ingest import _file_report, _parse_file, _resolve_adapter
+    `shas`: its values; `in_parts`: the files the main process parses, to write them in parts, as it
+    does a file found to hold `parts_min_bytes` or more once read: `BiggerThanItsTrailerSays`)."""
+    from traceforge.ingest import BiggerThanItsTrailerSays, _file_report, _parse_file, _resolve_adapter
 
     path = Path(path_text)
     try:
@@ -86,7 +92,10 @@ def prepare_file(
         return Outcome(path_text, sha, "duplicate")
     if path_text in in_parts:
         return Outcome(path_text, sha, "in parts")
-    parsed = _parse_file(path, sha, _resolve_adapter(fmt))
+    try:
+        parsed = _parse_file(path, sha, _resolve_adapter(fmt), parts_min_bytes)
+    except BiggerThanItsTrailerSays:
+        return Outcome(path_text, sha, "in parts")
     parsed.replaces = path_text in known
     report = _file_report(parsed)
     names = writer.names_of(parsed)
@@ -98,16 +107,24 @@ def prepare_file(
     return Outcome(path_text, sha, "parsed", prepared=Prepared(path_text, sha, report, names, frames))
 
 
-def _prepare(fmt: str, known: dict[str, str], shas: set[str], in_parts: set[str], path_text: str) -> Outcome:
-    return prepare_file(path_text, fmt, known, shas, in_parts)
+def _prepare(
+    fmt: str, known: dict[str, str], shas: set[str], in_parts: set[str], parts_min_bytes: int, path_text: str
+) -> Outcome:
+    return prepare_file(path_text, fmt, known, shas, in_parts, parts_min_bytes)
 
 
 def parse_in_pool(
-    files: list[Path], fmt: str, known: dict[str, str], workers: int, in_parts: set[str]
+    files: list[Path],
+    fmt: str,
+    known: dict[str, str],
+    workers: int,
+    in_parts: set[str],
+    parts_min_bytes: int,
 ) -> Iterator[Outcome]:
     """Outcomes of `files`, in their order, parsed by `workers` processes, but for the files
-    `in_parts` (only hashed: this process writes them in parts, `traceforge.ingest.parts`)."""
-    shared = (fmt, known, set(known.values()), in_parts)
+    `in_parts` (only hashed: this process writes them in parts, `traceforge.ingest.parts`) and those
+    found to hold `parts_min_bytes` or more once read (`BiggerThanItsTrailerSays`)."""
+    shared = (fmt, known, set(known.values()), in_parts, parts_min_bytes)
     paths = [str(path) for path in files]
     return ordered_map("traceforge.ingest.parallel:_prepare", paths, workers, shared)
 

@@ -105,8 +105,9 @@ def expand_paths(paths: list[str | Path]) -> tuple[list[Path], list[str]]:
 
 def content_size(path: Path) -> tuple[int, bool]:
     """How many bytes `path` holds once decompressed, and whether it is a gzip file: its size, or
-    for a gzip file the size its trailer records (of the last member, modulo 4 GiB: an estimate),
-    whichever is larger."""
+    for a gzip file the size its trailer records (of the last member, modulo 4 GiB: an estimate,
+    which a file parsed whole corrects once read: `ingest.BiggerThanItsTrailerSays`), whichever is
+    larger."""
     size = path.stat().st_size
     with open(path, "rb") as fh:
         if size < 18 or fh.read(2) != GZIP_MAGIC:

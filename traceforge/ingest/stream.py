@@ -59,6 +59,7 @@ class OpenedFile:
     head: bytes  # the start of the (decompressed) content
     streamed: bool
     handle: BinaryIO | None = None  # the file on disk, while its records are streamed
+    content_read: int = 0  # bytes of (decompressed) content read so far: all of it once read whole
 
     def bytes_read(self) -> int:
         """How many of the file's bytes on disk have been read (all of them once it is read whole
@@ -108,12 +109,15 @@ def open_records(
                 records = list(read_records(source, rejects))
             except SourceError as exc:
                 raise ContentError(str(exc), data[:SAMPLE_CHARS]) from exc
-            return OpenedFile(iter(records), size, data[:SAMPLE_CHARS], streamed=False)
+            return OpenedFile(
+                iter(records), size, data[:SAMPLE_CHARS], streamed=False, content_read=len(data)
+            )
     except BaseException:
         handle.close()
         raise
-    records = _stream(handle, stream, first, rejects, lines, holding)
-    return OpenedFile(records, size, first[:SAMPLE_CHARS], streamed=True, handle=handle)
+    opened = OpenedFile(iter(()), size, first[:SAMPLE_CHARS], streamed=True, handle=handle)
+    opened.records = _stream(opened, stream, first, rejects, lines, holding)
+    return opened
 
 
 def starts_as_json_lines(path: Path) -> bool:
@@ -236,7 +240,7 @@ def _lines_in(chunk: bytes) -> int:
 
 
 def _stream(
-    handle: BinaryIO,
+    opened: OpenedFile,
     stream: BinaryIO,
     first: bytes,
     rejects: list[Reject],
@@ -245,6 +249,7 @@ def _stream(
 ) -> Iterator[Record]:
     offset = 0
     chunk = first.removeprefix(UTF8_BOM)
+    opened.content_read = len(first)
     try:
         while chunk:
             chunk_rejects: list[Reject] = []
@@ -260,8 +265,9 @@ def _stream(
             rejects.extend(_shifted(chunk_rejects, offset))
             offset += _lines_in(chunk)
             chunk = _read_chunk(stream)
+            opened.content_read += len(chunk)
     finally:
-        handle.close()
+        opened.handle.close()
 
 
 def _wanted(
