@@ -302,17 +302,6 @@ def test_a_gateway_log_hands_out_each_conversation_once_its_last_call_is_read(tm
     assert handed_out[order.index(child)][1] == len(lines)  # the longer ends last
 
 
-@pytest.mark.parametrize("change", ["appended", "cut", "edited"])
-def test_a_gateway_log_that_changes_between_its_two_passes_fails(tmp_path, change):
-    run = weather_run(1, cities=3).records
-    first_pass = {"appended": run[:2], "cut": run, "edited": run}[change]
-    second_pass = {"appended": run, "cut": run[:2], "edited": [run[0], {"not": "a call"}, *run[2:]]}[change]
-    write_jsonl(tmp_path / "gateway.jsonl", first_pass)
-    records = [Record(n, record, json.dumps(record)) for n, record in enumerate(second_pass, start=1)]
-    with pytest.raises(SourceError, match="the file changed while it was read: ingest it again"):
-        list(openai_chat.stream(records, str(tmp_path / "gateway.jsonl"), ParseResult()))
-
-
 def responses_call(
     response_id: str,
     previous: str | None,
@@ -459,15 +448,19 @@ def test_a_responses_log_a_first_pass_cannot_order_is_parsed_whole(tmp_path, kin
     assert len(handed_out) == len(whole.traces) >= 2 and result.records == len(records)
 
 
+@pytest.mark.parametrize("log", ["chat completions", "responses"])
 @pytest.mark.parametrize("change", ["appended", "cut", "edited"])
-def test_a_responses_log_that_changes_between_its_two_passes_fails(tmp_path, change):
-    run = responses_run(1, cities=3, start=0)
+def test_a_log_that_changes_between_its_two_passes_fails(tmp_path, log, change):
+    adapter, run = {
+        "chat completions": (openai_chat, weather_run(1, cities=3).records),
+        "responses": (openai_responses, responses_run(1, cities=3, start=0)),
+    }[log]
     first_pass = {"appended": run[:2], "cut": run, "edited": run}[change]
     second_pass = {"appended": run, "cut": run[:2], "edited": [run[0], {"not": "a call"}, *run[2:]]}[change]
-    write_jsonl(tmp_path / "responses.jsonl", first_pass)
+    write_jsonl(tmp_path / "log.jsonl", first_pass)
     records = [Record(n, record, json.dumps(record)) for n, record in enumerate(second_pass, start=1)]
     with pytest.raises(SourceError, match="the file changed while it was read: ingest it again"):
-        list(openai_responses.stream(records, str(tmp_path / "responses.jsonl"), ParseResult()))
+        list(adapter.stream(records, str(tmp_path / "log.jsonl"), ParseResult()))
 
 
 def otel_export(logs: Path, folder: Path) -> Path:
