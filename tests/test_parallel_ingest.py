@@ -10,10 +10,11 @@ import shutil
 import sys
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from traceforge import store
-from traceforge.ingest import stream
+from traceforge.ingest import ingest_paths, parallel, stream
 from traceforge.ingest.sources import SourceFile, read_records
 from traceforge.model import Reject
 
@@ -51,6 +52,52 @@ def test_workers_give_the_store_a_serial_ingest_gives(small_corpus, tmp_path):
     expected = snapshot(tmp_path / "serial.duckdb")
     assert any("@" in row[0] for row in expected["traces"])
     assert snapshot(tmp_path / "parallel.duckdb") == expected
+
+
+def test_workers_hand_their_rows_back_through_files_beside_the_store_removed_at_the_end(
+    small_corpus, tmp_path, monkeypatch
+):
+    """A worker writes a file's rows to Arrow files in a hidden folder beside the store, rather
+    than pickling them (which took 2.7 times their size at once); the folder is gone when the
+    ingest ends, and when it is interrupted."""
+    folder, _ = small_corpus
+    db = tmp_path / "stores" / "store.duckdb"
+    db.parent.mkdir()
+    seen = []
+    con = store.connect(db)
+    ingest_paths(
+        con, [folder], workers=2, on_file=lambda *_: seen.extend(db.parent.glob(".traceforge-rows-*"))
+    )
+    con.close()
+    assert seen and not list(db.parent.glob(".traceforge-rows-*"))
+    ingest(tmp_path / "serial.duckdb", [folder], workers=1)
+    assert snapshot(db) == snapshot(tmp_path / "serial.duckdb")
+
+    def stop(path, index, total):
+        if index == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setenv("TRACEFORGE_TEMP_DIRECTORY", str(tmp_path / "scratch"))
+    con = store.connect(tmp_path / "again.duckdb")
+    with pytest.raises(KeyboardInterrupt):
+        ingest_paths(con, [folder], workers=2, on_file=stop)
+    con.close()
+    assert (tmp_path / "scratch").is_dir() and not list((tmp_path / "scratch").iterdir())
+
+
+def test_spooled_rows_load_back_as_they_were(small_corpus, tmp_path):
+    folder, _ = small_corpus
+    path = str(sorted(folder.glob("openai-log-*.jsonl"))[0])
+    kept = parallel.prepare_file(path, "auto", {}, set()).prepared
+    spooled = parallel.prepare_file(path, "auto", {}, set(), spool=str(tmp_path)).prepared
+    assert not spooled.frames and set(spooled.spooled) == set(kept.frames)
+    assert all(Path(file).parent == tmp_path for file in spooled.spooled.values())
+    spooled.load()
+    assert not list(tmp_path.iterdir()) and not spooled.spooled
+    for table, frame in kept.frames.items():
+        timeless = [name for name, kind in frame.schema.items() if kind != pl.Datetime(time_zone="UTC")]
+        assert spooled.frames[table].schema == frame.schema
+        assert spooled.frames[table].select(timeless).equals(frame.select(timeless)), table
 
 
 def test_workers_replace_a_changed_file_and_skip_unchanged_ones(small_corpus, tmp_path):

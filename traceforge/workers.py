@@ -121,8 +121,10 @@ def ordered_map(function: str, items: Iterable[Any], workers: int, shared: tuple
 
 
 def _send(stream: BinaryIO, value: Any) -> None:
-    """Pickle `value` straight into the pipe: no serialised copy of a big item is held on either
-    side (the receiving `pickle.load` reads exactly one pickle)."""
+    """Pickle `value` straight into the pipe: the pickle is not held whole on either side (the
+    receiving `pickle.load` reads exactly one pickle). An object that serialises itself (a polars
+    frame does, whole) is held twice while it is sent: big tables are better sent as files
+    (`ingest.parallel.Prepared.spool`)."""
     pickle.dump(value, stream, protocol=pickle.HIGHEST_PROTOCOL)
     stream.flush()
 

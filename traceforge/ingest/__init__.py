@@ -137,7 +137,10 @@ def ingest_paths(
             on_big_file(path, size, compressed)
     count = _worker_count(workers, files)
     if count > 1:
-        outcomes = parallel.parse_in_pool(files, fmt, dict(known), count, in_parts, parts.PARTS_MIN_BYTES)
+        spool = parallel.spool_parent(con)
+        outcomes = parallel.parse_in_pool(
+            files, fmt, dict(known), count, in_parts, parts.PARTS_MIN_BYTES, spool
+        )
     else:
         outcomes = (_outcome_here(path, known, by_sha, adapter, in_parts) for path in files)
     batch: list[parallel.Prepared | ParsedFile] = []
@@ -179,6 +182,7 @@ def ingest_paths(
             continue
         elif outcome.prepared is not None:
             item = outcome.prepared
+            item.load()
             file_report = item.report
             rows, size = item.rows, item.bytes
         else:

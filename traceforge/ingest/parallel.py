@@ -11,11 +11,18 @@ exactly as the serial ingest would, from the names the worker sent with its rows
 it is not parsed again. So the store ends up the same whichever way a file went.
 
 The workers are `traceforge.workers` processes: at most two files per worker are in flight, so
-memory stays bounded by a few files' rows however many files there are.
+memory stays bounded by a few files' rows however many files there are. A worker hands a file's
+rows back as Arrow files in a hidden folder beside the store (`Prepared.spool`), read back when the
+file's turn comes (`Prepared.load`): pickled, the frames were serialised whole first.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
+import tempfile
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +65,27 @@ class Prepared:
     report: Any  # traceforge.ingest.FileReport
     names: writer.FileNames  # what its ids were made from: to name them again (`writer.renamed`)
     frames: dict[str, pl.DataFrame] = field(default_factory=dict)
+    spooled: dict[str, str] = field(default_factory=dict)  # table -> the Arrow IPC file of its frame
+
+    def spool(self, folder: str) -> None:
+        """Write the frames to Arrow IPC files in `folder` and let go of them, so that a worker
+        hands back their paths: a pickled frame is first serialised whole, which took a worker
+        2.7 times the frames' size at once (measured: 330 to 655 MB for a 64 MB file)."""
+        stem = os.path.join(folder, uuid.uuid4().hex)
+        for table, frame in self.frames.items():
+            path = f"{stem}-{table}.arrow"
+            frame.write_ipc(path, compression="uncompressed")
+            self.spooled[table] = path
+        self.frames = {}
+
+    def load(self) -> None:
+        """Read the spooled frames back, removing their files (where the system lets a file that is
+        read go: elsewhere the spool's folder goes at the end of the ingest)."""
+        for table, path in self.spooled.items():
+            self.frames[table] = pl.read_ipc(path)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        self.spooled = {}
 
     @property
     def rows(self) -> int:
@@ -75,10 +103,12 @@ def prepare_file(
     shas: set[str],
     in_parts: set[str] = frozenset(),
     parts_min_bytes: int | None = None,
+    spool: str | None = None,
 ) -> Outcome:
     """Hash and parse one file into rows, as a worker does (`known`: path -> sha256 in the store,
     `shas`: its values; `in_parts`: the files the main process parses, to write them in parts, as it
-    does a file found to hold `parts_min_bytes` or more once read: `BiggerThanItsTrailerSays`)."""
+    does a file found to hold `parts_min_bytes` or more once read: `BiggerThanItsTrailerSays`;
+    `spool`: the folder to write the rows to, `Prepared.spool`)."""
     from traceforge.ingest import BiggerThanItsTrailerSays, _file_report, _parse_file, _resolve_adapter
 
     path = Path(path_text)
@@ -104,13 +134,34 @@ def prepare_file(
     writer._add_file(rows, parsed, ids)
     del parsed, ids  # the rows hold what is kept: a big file's parsed objects go before its frames
     frames = {table: rows.frame(table) for table in writer.SCHEMAS if rows.count(table)}
-    return Outcome(path_text, sha, "parsed", prepared=Prepared(path_text, sha, report, names, frames))
+    prepared = Prepared(path_text, sha, report, names, frames)
+    if spool is not None:
+        prepared.spool(spool)
+    return Outcome(path_text, sha, "parsed", prepared=prepared)
+
+
+def spool_parent(con: duckdb.DuckDBPyConnection) -> str | None:
+    """Where the workers' rows are spooled (`parse_in_pool`): `TRACEFORGE_TEMP_DIRECTORY` where set,
+    else beside the store (on the disk the user chose for it: the system's temporary folder may be
+    held in memory), else (a store in memory) the system's temporary folder."""
+    (store_file,) = con.execute(
+        "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
+    ).fetchone()
+    if os.environ.get("TRACEFORGE_TEMP_DIRECTORY"):
+        return os.environ["TRACEFORGE_TEMP_DIRECTORY"]
+    return os.path.dirname(os.path.abspath(store_file)) if store_file else None
 
 
 def _prepare(
-    fmt: str, known: dict[str, str], shas: set[str], in_parts: set[str], parts_min_bytes: int, path_text: str
+    fmt: str,
+    known: dict[str, str],
+    shas: set[str],
+    in_parts: set[str],
+    parts_min_bytes: int,
+    spool: str,
+    path_text: str,
 ) -> Outcome:
-    return prepare_file(path_text, fmt, known, shas, in_parts, parts_min_bytes)
+    return prepare_file(path_text, fmt, known, shas, in_parts, parts_min_bytes, spool)
 
 
 def parse_in_pool(
@@ -120,13 +171,22 @@ def parse_in_pool(
     workers: int,
     in_parts: set[str],
     parts_min_bytes: int,
+    spool: str | None,
 ) -> Iterator[Outcome]:
     """Outcomes of `files`, in their order, parsed by `workers` processes, but for the files
     `in_parts` (only hashed: this process writes them in parts, `traceforge.ingest.parts`) and those
-    found to hold `parts_min_bytes` or more once read (`BiggerThanItsTrailerSays`)."""
-    shared = (fmt, known, set(known.values()), in_parts, parts_min_bytes)
+    found to hold `parts_min_bytes` or more once read (`BiggerThanItsTrailerSays`). The workers hand
+    their rows back through files (`Prepared.spool`; `Prepared.load` reads them) in a hidden folder
+    made in `spool` (`spool_parent`; a folder walk skips it), removed once every outcome is taken."""
+    if spool:
+        os.makedirs(spool, exist_ok=True)
+    folder = tempfile.mkdtemp(prefix=".traceforge-rows-", dir=spool)
+    shared = (fmt, known, set(known.values()), in_parts, parts_min_bytes, folder)
     paths = [str(path) for path in files]
-    return ordered_map("traceforge.ingest.parallel:_prepare", paths, workers, shared)
+    try:
+        yield from ordered_map("traceforge.ingest.parallel:_prepare", paths, workers, shared)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def write_batch(
