@@ -98,6 +98,12 @@ def test_spooled_rows_load_back_as_they_were(small_corpus, tmp_path):
         timeless = [name for name, kind in frame.schema.items() if kind != pl.Datetime(time_zone="UTC")]
         assert spooled.frames[table].schema == frame.schema
         assert spooled.frames[table].select(timeless).equals(frame.select(timeless)), table
+    # a spool that cannot be written to (here a file, not a folder): the rows stay, to go pickled
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")
+    unspooled = parallel.prepare_file(path, "auto", {}, set(), spool=str(blocked)).prepared
+    assert not unspooled.spooled and set(unspooled.frames) == set(kept.frames)
+    assert list(tmp_path.iterdir()) == [blocked]
 
 
 def test_workers_replace_a_changed_file_and_skip_unchanged_ones(small_corpus, tmp_path):
