@@ -257,3 +257,28 @@ def test_a_call_that_changes_instructions_mid_chain_is_a_consistent_trace_of_its
         chain_ids[2],
     )[0]
     assert len(prefixes) == answered_at > 2
+
+
+def test_what_every_request_sends_again_is_kept_once():
+    """The instructions and tool definitions a log re-sends with every call are held once, not per
+    record (most of a Responses log's bytes); different ones stay apart."""
+    records = raw_lines(GATEWAY)
+    chain = next(g for g in conversations(records) if len(g) > 2)
+    repeats = openai_responses.Repeats()
+    logged = [
+        openai_responses.logged(Record(n, json.loads(json.dumps(r))), {}, repeats)
+        for n, r in enumerate(chain, start=1)
+    ]
+    first, *later = logged
+    assert all(item.instructions is first.instructions for item in later)
+    assert all(
+        [id(d) for d in item.exchange.tool_defs] == [id(d) for d in first.exchange.tool_defs]
+        for item in later
+    )
+    other = json.loads(json.dumps(chain[0]))
+    other["request"]["instructions"] += " Be brief."
+    other["request"]["tools"][0]["description"] += " (cached)"
+    changed = openai_responses.logged(Record(9, other), {}, repeats)
+    assert changed.instructions == other["request"]["instructions"]
+    assert changed.exchange.tool_defs[0].description == other["request"]["tools"][0]["description"]
+    assert changed.exchange.tool_defs[0] is not first.exchange.tool_defs[0]

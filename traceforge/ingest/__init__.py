@@ -28,7 +28,7 @@ from traceforge.ingest import detect, parallel, parts, writer
 from traceforge.ingest.joins import JoinReport, holdings, join_split_traces
 from traceforge.ingest.log_joins import join_log_conversations
 from traceforge.ingest.sources import Record, SourceError, content_size, expand_paths, sha256_file
-from traceforge.ingest.stream import ContentError, open_records, starts_as_json_lines
+from traceforge.ingest.stream import ContentError, calling_every, open_records, starts_as_json_lines
 from traceforge.ingest.writer import ParsedFile
 from traceforge.model import ParseResult, Reject, Trace
 from traceforge.workers import worker_count
@@ -416,19 +416,10 @@ def _ingest_in_parts(
         elif on_part:
             on_part(path, opened.bytes_read(), parsed.size)
 
-    if on_part:
-        traces = _reporting(traces, progress)
+    if on_part:  # a part can take many seconds to fill (9% of a big gateway log): report meanwhile
+        traces = calling_every(traces, PROGRESS_TRACES, progress)
     parsed, written, joins = parts.write_in_parts(con, parsed, traces, opened.rejects, replaces, progress)
     return _file_report(parsed, written), joins
-
-
-def _reporting(traces: Iterator[Trace], progress: Callable[[], None]) -> Iterator[Trace]:
-    """`traces`, calling `progress()` every `PROGRESS_TRACES` of them: a part can take many seconds
-    to fill (one per 9% of a big gateway log), and the progress bar should move meanwhile."""
-    for count, trace in enumerate(traces, start=1):
-        yield trace
-        if count % PROGRESS_TRACES == 0:
-            progress()
 
 
 def _parsed_whole(adapter: ModuleType, records: Iterator[Record], parsed: ParsedFile) -> Iterator[Trace]:

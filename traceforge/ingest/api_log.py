@@ -369,32 +369,48 @@ def plan(records: Iterable[Record]) -> LogPlan:
     for exchange in _exchanges(records, scratch):
         scratch.rejects.clear()
         hash_chain(exchange)
-        planner.add(exchange)
+        planner.add(
+            exchange.line,
+            exchange.key,
+            exchange.prefixes,
+            exchange.state,
+            exchange.request_length,
+            exchange.opens_mid_conversation,
+        )
     return planner.finish()
 
 
 class Planner:
-    """A `LogPlan` built one exchange at a time, in the order the calls were made: each exchange
-    hashed (`prefixes`, `state`, `request_length`, `opens_mid_conversation`), its content not kept."""
+    """A `LogPlan` built one call at a time, in the order the calls were made, from what chains
+    each (`Exchange.prefixes`, `state`, `request_length`, `opens_mid_conversation`, as `hash_chain`
+    sets them), none of its content."""
 
     def __init__(self) -> None:
         self.chainer = grouping.Chainer()
         self.plan = LogPlan(self.chainer.chains)
 
-    def add(self, exchange: Exchange) -> None:
+    def add(
+        self,
+        line: int,
+        key: str | None,
+        prefixes: list[bytes],
+        state: bytes,
+        request_length: int,
+        opens_mid_conversation: bool,
+    ) -> None:
         found, chainer = self.plan, self.chainer
-        chain = chainer.add(exchange.prefixes, exchange.state, exchange.key)
+        chain = chainer.add(prefixes, state, key)
         item = len(found.lines)
         if chain == len(found.ends):
             found.ends.append(item)
-            if chainer.chains[chain].parent is None and exchange.opens_mid_conversation:
-                found.opening_prefixes[item] = exchange.prefixes
+            if chainer.chains[chain].parent is None and opens_mid_conversation:
+                found.opening_prefixes[item] = prefixes
         else:
             found.ends[chain] = item
-        found.lines.append(exchange.line)
+        found.lines.append(line)
         found.chain_of.append(chain)
-        found.states += exchange.state
-        found.request_lengths.append(exchange.request_length)
+        found.states += state
+        found.request_lengths.append(request_length)
 
     def finish(self) -> LogPlan:
         for chain in self.chainer.chains:

@@ -28,7 +28,7 @@ import functools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from traceforge.ingest import api_log, grouping
 from traceforge.ingest.sources import Record, SourceError
@@ -437,13 +437,9 @@ def traces_of(ordered: list[Logged]) -> list[Trace]:
     systems = Systems()
     unresolved: dict[int, str] = {}  # id(call) -> its previous response id, not among the records
     for item in ordered:
-        before = None
-        if item.previous_id:
-            before = history.get(item.previous_id)
-            if before is None:
-                unresolved[id(item.exchange.call)] = item.previous_id
-        elif item.conversation_id:
-            before = threads.get(item.conversation_id)
+        before = continued(item.previous_id, item.conversation_id, history, threads)
+        if item.previous_id and before is None:
+            unresolved[id(item.exchange.call)] = item.previous_id
         said = Said(before, [*item.input, *item.output])
         _hash(item, said, systems)
         _give_request(item, said)
@@ -456,6 +452,25 @@ def traces_of(ordered: list[Logged]) -> list[Trace]:
     for trace in traces:
         _describe(trace, logged_input, unresolved)
     return traces
+
+
+Continued = TypeVar("Continued")
+
+
+def continued(
+    previous_id: str | None,
+    conversation_id: str | None,
+    history: dict[str, Continued],
+    threads: dict[str, Continued],
+) -> Continued | None:
+    """What a call continues, from what each response (`history`, by response id) and each
+    conversation (`threads`, by conversation id) holds so far: the response its
+    `previous_response_id` names, else its conversation's latest call, else nothing (it starts a
+    conversation, or continues a response not among the records). The one rule `traces_of`, `plan`
+    and the second pass all follow, so that they agree."""
+    if previous_id:
+        return history.get(previous_id)
+    return threads.get(conversation_id) if conversation_id else None
 
 
 def _describe(trace: Trace, logged_input: dict[int, bool], unresolved: dict[int, str]) -> None:
@@ -507,8 +522,8 @@ class Said:
         return found[::-1]
 
     def conversation(self) -> list[Message]:
-        """Copies of every message up to here (for a trace, which rewrites them)."""
-        return copy.deepcopy([m for part in self.parts() for m in part.messages or ()])
+        """Every message up to here, as converted (a trace must be given copies: it rewrites them)."""
+        return [m for part in self.parts() for m in part.messages or ()]
 
     def prefix_hashes(self, start: bytes) -> list[bytes] | None:
         """The rolling hashes after each message up to here, continuing from `start` (as
@@ -573,7 +588,7 @@ def _give_request(item: Logged, said: Said) -> None:
 
     def request() -> tuple[list[Message], dict[int, bool]]:
         messages = said.conversation()
-        return item.system() + messages[: len(messages) - len(item.output)], {}
+        return item.system() + copy.deepcopy(messages[: len(messages) - len(item.output)]), {}
 
     exchange.request, exchange.convert_request = [], request
 
@@ -616,26 +631,10 @@ class _Planned:
     request_length: int
     opens_mid_conversation: bool
 
-    def exchange(self) -> api_log.Exchange:
-        """An exchange holding what `api_log.Planner` chains by (its hashes made again)."""
+    def prefixes(self) -> list[bytes]:
+        """Its request's prefix hashes, made again from the hashes its parts keep."""
         hashes = self.said.prefix_hashes(self.system[-1] if self.system else grouping.EMPTY) or []
-        return api_log.Exchange(
-            line=self.line,
-            source_format=FORMAT,
-            request=[],
-            errors={},
-            response=[],
-            call=LlmCall(),
-            tool_defs=[],
-            key=self.key,
-            workload=None,
-            agent=None,
-            prefixes=self.system + hashes[: len(hashes) - self.outputs],
-            state=self.state,
-            hashed=True,
-            request_length=self.request_length,
-            opens_mid_conversation=self.opens_mid_conversation,
-        )
+        return self.system + hashes[: len(hashes) - self.outputs]
 
 
 @dataclass
@@ -669,11 +668,7 @@ def plan(records: Iterable[Record]) -> ResponsesPlan | None:
         item = logged(record, None, repeats)
         if isinstance(item, Reject) or once.again(item.exchange, by_content=False):
             continue
-        before = None
-        if item.previous_id:
-            before = history.get(item.previous_id)
-        elif item.conversation_id:
-            before = threads.get(item.conversation_id)
+        before = continued(item.previous_id, item.conversation_id, history, threads)
         said = Said(before.said if before else None, [*item.input, *item.output])
         if not _hash(item, said, systems):
             return None
@@ -722,18 +717,21 @@ def _chained(kept: list[_Planned]) -> ResponsesPlan | None:
     history: dict[str, _Planned] = {}
     threads: dict[str, _Planned] = {}
     for index, planned in enumerate(ordered):
-        before = None
-        if planned.previous_id:
-            before = history.get(planned.previous_id)
-            if before is None:
-                found.unresolved[index] = planned.previous_id
-            else:
-                found.response_until[planned.previous_id] = index
-        elif planned.conversation_id:
-            before = threads.get(planned.conversation_id)
+        before = continued(planned.previous_id, planned.conversation_id, history, threads)
+        if planned.previous_id and before is None:
+            found.unresolved[index] = planned.previous_id
+        elif planned.previous_id:
+            found.response_until[planned.previous_id] = index
         if before is not planned.before:
             return None
-        planner.add(planned.exchange())
+        planner.add(
+            planned.line,
+            planned.key,
+            planned.prefixes(),
+            planned.state,
+            planned.request_length,
+            planned.opens_mid_conversation,
+        )
         if planned.response_id:
             history[planned.response_id] = planned
         if planned.conversation_id:
@@ -773,12 +771,10 @@ def _as_planned(
         early[converted.line] = converted
         while index < len(lines) and lines[index] in early:
             item = early.pop(lines[index])
-            before = None
-            if item.previous_id:
-                before = history.get(item.previous_id)
-            elif item.conversation_id:
-                before = threads.get(item.conversation_id)
-            said = Said(before, [*item.input, *item.output])
+            said = Said(
+                continued(item.previous_id, item.conversation_id, history, threads),
+                [*item.input, *item.output],
+            )
             _give_request(item, said)
             call = item.exchange.call
             logged_input[id(call)] = item.input_logged

@@ -154,8 +154,9 @@ def spool_parent(con: duckdb.DuckDBPyConnection) -> str | None:
     (store_file,) = con.execute(
         "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
     ).fetchone()
-    if os.environ.get("TRACEFORGE_TEMP_DIRECTORY"):
-        return os.environ["TRACEFORGE_TEMP_DIRECTORY"]
+    chosen = store.settings_from_env().get("temp_directory")
+    if chosen:
+        return chosen
     return os.path.dirname(os.path.abspath(store_file)) if store_file else None
 
 

@@ -36,6 +36,7 @@ from traceforge.ingest.sources import (
 from traceforge.model import ParseResult, Reject, Trace
 
 Learned = TypeVar("Learned")
+Item = TypeVar("Item")
 
 CHUNK_BYTES = 8 << 20
 SAMPLE_CHARS = 65_536
@@ -182,11 +183,16 @@ def last_lines(records: Iterable[Record], trace_ids: Callable[[Record], Iterable
 
 
 def _reporting(opened: OpenedFile, on_read: Callable[[int], None]) -> Iterator[Record]:
-    for count, record in enumerate(opened.records, start=1):
-        yield record
-        if count % PROGRESS_RECORDS == 0:
-            on_read(opened.bytes_read())
+    yield from calling_every(opened.records, PROGRESS_RECORDS, lambda: on_read(opened.bytes_read()))
     on_read(opened.size)
+
+
+def calling_every(items: Iterable[Item], n: int, call: Callable[[], None]) -> Iterator[Item]:
+    """`items`, calling `call()` after every `n` of them: how a long reading reports its progress."""
+    for count, item in enumerate(items, start=1):
+        yield item
+        if count % n == 0:
+            call()
 
 
 def _gzip_error(exc: BaseException) -> SourceError:
