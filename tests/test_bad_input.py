@@ -30,7 +30,7 @@ from traceforge import store
 from traceforge.cli import cli
 from traceforge.ingest import detect, ingest_paths
 from traceforge.ingest.sources import Record
-from traceforge.ingest.values import MAX_NESTING
+from traceforge.ingest.values import MAX_NESTING, parse_json
 
 DEEP = 10_000
 
@@ -653,6 +653,17 @@ def test_kinds_and_roles_of_the_wrong_type_never_crash_detection_or_parsing(valu
     detect.detect(records)
     for adapter in detect.ADAPTERS:
         check_parse_result(adapter.parse(records, "wrong-kinds.jsonl"))
+
+
+def test_json_is_read_alike_with_whitespace_around_it_more_after_it_or_upper_case_escapes():
+    assert parse_json(' {"a": [1, 2.0, true, NaN]}\t') == {"a": [1, 2.0, True, None]}
+    with pytest.raises(json.JSONDecodeError, match="Extra data") as extra:
+        parse_json('{"a": 1} {"b": 2}')
+    assert extra.value.colno == 10
+    with pytest.raises(json.JSONDecodeError, match="Expecting value"):
+        parse_json("  ")
+    pair = "\\uD83D\\uDE00"  # a valid pair, upper case: one character
+    assert parse_json(f'["\\uD83D", "{pair}", "x\\uDC00"]') == ["\ufffd", "\U0001f600", "x\ufffd"]
 
 
 def test_concatenated_files_lone_surrogates_and_nul_are_read_as_text(tmp_path, con):

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from builders import write_jsonl
 
 from traceforge.ingest import ingest_paths
+from traceforge.ingest.conversation import looks_like_error
 
 OPENAI_CONVERSATION = [
     {"role": "system", "content": "# Airline agent policy"},
@@ -146,3 +148,20 @@ def test_result_for_a_call_that_does_not_exist_is_kept_and_counted(tmp_path, con
     assert con.execute("SELECT attributes->>'orphan_results' FROM traces").fetchone()[0] == "1"
     assert con.execute("SELECT content FROM messages WHERE role = 'tool'").fetchone()[0] == "orphan"
     assert con.execute("SELECT count(*) FROM tool_calls").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("result", "failed"),
+    [
+        ('{"error": "not found"}', True),
+        ('{"\\u0065rror": "not found"}', True),  # the key escaped: still `error` once read
+        ('{"status": "FAILED", "id": 3}', True),
+        ('{"error": null, "rows": []}', False),
+        ('{"rows": ["error: one of them"]}', False),  # mentions an error, does not report one
+        ('{"st\\u0061tus": "ok"}', False),
+        ("{not json", False),
+        ("Error: reservation not found", True),
+    ],
+)
+def test_a_tool_result_reports_failure_only_through_its_keys_or_its_first_words(result, failed):
+    assert looks_like_error(result) is failed

@@ -15,6 +15,7 @@ import array
 import hashlib
 import itertools
 import json
+import marshal
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -221,11 +222,10 @@ class RequestKeys:
             if not isinstance(raw, dict):
                 continue
             try:
-                text = _RAW_ENCODER.encode(raw)
-            except (TypeError, ValueError):
+                digest = hashlib.blake2b(marshal.dumps(raw, _EXACT_MARSHAL), digest_size=16).digest()
+            except ValueError:  # not a plain JSON value
                 keys.extend(message_key(m) for m in _convert(provider, [raw], None)[0])
                 continue
-            digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
             found = self.known.get(digest)
             if found is None:
                 found = self.known[digest] = tuple(message_key(m) for m in _convert(provider, [raw], None)[0])
@@ -236,7 +236,10 @@ class RequestKeys:
         return keys
 
 
-_RAW_ENCODER = json.JSONEncoder(ensure_ascii=False, check_circular=False)
+# A raw message is digested in marshal's form: three times faster than its JSON (which took 8% of
+# an ingest's CPU). Version 2 writes no back-references, so equal messages give equal bytes
+# whichever objects the JSON decoder shared; different values (1, 1.0, true) give different bytes.
+_EXACT_MARSHAL = 2
 
 
 def exchange_of(record: Record, keys: RequestKeys | None) -> Exchange | Reject:

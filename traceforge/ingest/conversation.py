@@ -32,6 +32,8 @@ def looks_like_error(result: str | None) -> bool:
         return False
     text = result.lstrip()
     if text.startswith("{"):
+        if '"error"' not in text and '"status"' not in text and "\\u" not in text:
+            return False  # neither key can be in it (not even escaped): not worth parsing (5% of an ingest)
         try:
             value = parse_json(text)
         except ValueError:
