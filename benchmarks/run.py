@@ -179,6 +179,9 @@ def task_export(db: str) -> dict[str, Any]:
 
 
 def run_task(args: argparse.Namespace) -> None:
+    from traceforge.workers import collect_garbage_less_often
+
+    collect_garbage_less_often()  # as the command line does
     before = os.times()
     corpus, db = Path(args.corpus), args.db
     if args.task == "read_json":

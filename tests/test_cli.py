@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 
 import duckdb
@@ -9,6 +10,7 @@ from builders import OpenAILoop, openai_tool_call, write_jsonl
 
 from traceforge import __version__
 from traceforge.cli import cli
+from traceforge.workers import BULK_COLLECTION_THRESHOLDS
 
 
 def logs(tmp_path, n: int = 2):
@@ -109,6 +111,13 @@ def test_forced_format_applies_to_every_file(runner, tmp_path):
     )
     report = json.loads(wrong.stdout)
     assert report["files"][0]["format"] == "anthropic-messages"  # as asked, even though detection differs
+
+
+def test_every_command_collects_garbage_less_often(runner, tmp_path, monkeypatch):
+    monkeypatch.setattr(gc, "set_threshold", lambda *t: monkeypatch.setattr(gc, "get_threshold", lambda: t))
+    result = runner.invoke(cli, ["ingest", str(logs(tmp_path)), "--db", str(tmp_path / "s.duckdb")])
+    assert result.exit_code == 0, result.output
+    assert gc.get_threshold() == BULK_COLLECTION_THRESHOLDS
 
 
 def test_sql_runs_queries_and_explains_a_missing_store(runner, tmp_path):

@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from traceforge.workers import WorkerError, default_workers, ordered_map, worker_count
+from traceforge.workers import (
+    BULK_COLLECTION_THRESHOLDS,
+    WorkerError,
+    default_workers,
+    ordered_map,
+    worker_count,
+)
 
 
 def test_results_come_back_in_the_order_of_the_items():
@@ -30,6 +36,17 @@ def test_a_failing_item_raises_with_the_worker_s_traceback():
 
 def test_an_empty_input_gives_nothing():
     assert list(ordered_map("math:sqrt", [], workers=2)) == []
+
+
+def test_workers_collect_garbage_less_often_than_python_s_default(monkeypatch):
+    """Parsing and analysis make millions of long-lived objects: each worker raises the collector's
+    thresholds (`BULK_COLLECTION_THRESHOLDS`), whatever its caller's are."""
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))
+    assert (
+        list(ordered_map("worker_probe:collector_thresholds", [1, 2], workers=2))
+        == [BULK_COLLECTION_THRESHOLDS] * 2
+    )
+    assert BULK_COLLECTION_THRESHOLDS[0] > 10 * 700  # Python's default: 700
 
 
 def test_traceforge_workers_sets_how_many(monkeypatch):

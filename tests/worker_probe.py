@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 
@@ -12,3 +13,8 @@ def timed(item: tuple[bytes, float]) -> tuple[int, float, float, int]:
     started = time.time()
     time.sleep(delay)
     return os.getpid(), started, time.time(), len(payload)
+
+
+def collector_thresholds(item: object) -> tuple[int, int, int]:
+    """The garbage collector's thresholds in the process that runs this."""
+    return gc.get_threshold()

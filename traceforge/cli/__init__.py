@@ -16,6 +16,7 @@ import duckdb
 
 from traceforge import __version__, store
 from traceforge.store import StoreError
+from traceforge.workers import collect_garbage_less_often
 
 
 class TraceforgeGroup(click.Group):
@@ -74,6 +75,7 @@ def cli() -> None:
                                    write-ahead log size that makes DuckDB
                                    checkpoint (default 256MB)
     """
+    collect_garbage_less_often()
 
 
 def main() -> None:
