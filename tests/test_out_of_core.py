@@ -49,7 +49,7 @@ def test_duckdb_s_cache_is_capped_unless_told_otherwise(monkeypatch, tmp_path):
     finally:
         con.close()
     assert limit == "488.2 MiB"  # 512MB, as DuckDB prints it; its own default is 80% of RAM
-    assert threshold == "244.1 MiB"  # 256MB; DuckDB's own is 16 MB
+    assert threshold == "953.6 MiB"  # 1GB; DuckDB's own is 16 MB
     con = store.connect(tmp_path / "a.duckdb", settings={"memory_limit": "2GB"})
     try:
         assert con.execute("SELECT current_setting('memory_limit')").fetchone()[0] == "1.8 GiB"

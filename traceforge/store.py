@@ -541,9 +541,12 @@ SETTINGS_FROM_ENV = {
 # checkpoint rewrites every row group appended to since the last one, whole: an ingest appends a
 # batch of rows to each table's last, partly filled row group, so at every checkpoint that group
 # (up to 122,880 messages: hundreds of MB) was written again, and the more often the more of it.
-# With 256 MB the ingest checkpoints every few write batches instead of every other one: on the
-# 1M-call corpus its main process spent 13-23% less CPU, in 7-14% less time (docs/performance.md).
-DEFAULT_SETTINGS = {"memory_limit": "512MB", "checkpoint_threshold": "256MB"}
+# With 256 MB the ingest checkpointed every few write batches instead of every other one: on the
+# 1M-call corpus its main process spent 13-23% less CPU, in 7-14% less time. But a checkpoint's cost
+# grows with the store (7-12 s each, past 2 GB of it, against 2 s at first), so a big ingest's main
+# process became its bottleneck: with 1 GB, the 1M-call ingest took 121-122 s against 142-144 s
+# (main process 74 CPU seconds against 92) at the same peak memory (docs/performance.md).
+DEFAULT_SETTINGS = {"memory_limit": "512MB", "checkpoint_threshold": "1GB"}
 
 
 def settings_from_env() -> dict[str, str]:

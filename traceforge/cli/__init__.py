@@ -71,9 +71,9 @@ def cli() -> None:
       TRACEFORGE_MEMORY_LIMIT=4GB  cap on DuckDB's memory (default 512MB)
       TRACEFORGE_TEMP_DIRECTORY=D  where DuckDB spills beyond it
       TRACEFORGE_THREADS=N         DuckDB's threads
-      TRACEFORGE_CHECKPOINT_THRESHOLD=1GB
+      TRACEFORGE_CHECKPOINT_THRESHOLD=256MB
                                    write-ahead log size that makes DuckDB
-                                   checkpoint (default 256MB)
+                                   checkpoint (default 1GB)
     """
     collect_garbage_less_often()
 
