@@ -114,6 +114,7 @@ def test_forced_format_applies_to_every_file(runner, tmp_path):
 
 
 def test_every_command_collects_garbage_less_often(runner, tmp_path, monkeypatch):
+    # what the command sets is recorded, and this test process's own collector left as it was
     monkeypatch.setattr(gc, "set_threshold", lambda *t: monkeypatch.setattr(gc, "get_threshold", lambda: t))
     result = runner.invoke(cli, ["ingest", str(logs(tmp_path)), "--db", str(tmp_path / "s.duckdb")])
     assert result.exit_code == 0, result.output

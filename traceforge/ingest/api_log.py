@@ -208,8 +208,8 @@ class RequestKeys:
 
     A log re-sends the whole conversation with every call, so the same messages are met again and
     again; converting a message depends on nothing but the message, so its keys are remembered by
-    a digest of its JSON. (The messages themselves are converted only for the last request of each
-    conversation, the one its trace is built from.)
+    a digest of the message as logged (`_MARSHAL_VERSION`). (The messages themselves are converted
+    only for the last request of each conversation, the one its trace is built from.)
     """
 
     def __init__(self) -> None:
@@ -222,7 +222,7 @@ class RequestKeys:
             if not isinstance(raw, dict):
                 continue
             try:
-                digest = hashlib.blake2b(marshal.dumps(raw, _EXACT_MARSHAL), digest_size=16).digest()
+                digest = hashlib.blake2b(marshal.dumps(raw, _MARSHAL_VERSION), digest_size=16).digest()
             except ValueError:  # not a plain JSON value
                 keys.extend(message_key(m) for m in _convert(provider, [raw], None)[0])
                 continue
@@ -239,7 +239,7 @@ class RequestKeys:
 # A raw message is digested in marshal's form: three times faster than its JSON (which took 8% of
 # an ingest's CPU). Version 2 writes no back-references, so equal messages give equal bytes
 # whichever objects the JSON decoder shared; different values (1, 1.0, true) give different bytes.
-_EXACT_MARSHAL = 2
+_MARSHAL_VERSION = 2
 
 
 def exchange_of(record: Record, keys: RequestKeys | None) -> Exchange | Reject:
