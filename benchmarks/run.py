@@ -335,8 +335,8 @@ def corpus_for(
 
 def big_file_table(mode: str, scratch: Path, workers: int | None, note: Any) -> Any:
     """Peak RSS of one big file (transcripts, a gateway log, an OTel export, a Responses API log)
-    ingested alone, against half its lines and against all of them in files of 64 MB: whether
-    memory grows with one file."""
+    ingested alone, against half its lines, against its records as one JSON array (as platforms
+    export them) and against all of them in files of 64 MB: whether memory grows with one file."""
     from rich.table import Table
 
     from traceforge.ingest.parts import PARTS_MIN_BYTES
@@ -346,8 +346,8 @@ def big_file_table(mode: str, scratch: Path, workers: int | None, note: Any) -> 
         f"bigfile-responses-{mode}", "mixed", SIZES[mode]["big_responses"], None, 1e6, "openai-responses"
     )
     table = Table(
-        title="One big file, ingested alone: half its lines, all of them, and all of them in 64 MB "
-        f"files (files of {PARTS_MIN_BYTES >> 20} MiB or more are written in parts)"
+        title="One big file, ingested alone: half its lines, all of them, all of them as one JSON "
+        f"array, and in 64 MB files (files of {PARTS_MIN_BYTES >> 20} MiB or more are written in parts)"
     )
     for column in ("file", "MB", "traces", "tool calls", "ingest s", "peak RSS MB", "against 64 MB files"):
         table.add_column(column, justify="right" if column != "file" else "left")
@@ -355,7 +355,7 @@ def big_file_table(mode: str, scratch: Path, workers: int | None, note: Any) -> 
     for source in [*sources, next(responses.glob("openai-responses-*.jsonl"))]:
         fmt = source.name.rsplit("-", 1)[0]
         measured = {}
-        for layout in ("split", "half", "whole"):
+        for layout in ("split", "half", "whole", "array"):
             files = big_file_layout(source, scratch / f"{fmt}-{layout}", layout)
             result = note(measure("ingest", files, scratch / INGEST_DB, workers))
             result["layout"] = f"{fmt} {layout}"
@@ -363,7 +363,12 @@ def big_file_table(mode: str, scratch: Path, workers: int | None, note: Any) -> 
             measured[layout] = result
             shutil.rmtree(files)
         baseline = measured["split"]["rss_tree_mb"] or measured["split"]["rss_self_mb"]
-        for label, layout in (("half", "half"), ("whole", "whole"), ("in 64 MB files", "split")):
+        for label, layout in (
+            ("half", "half"),
+            ("whole", "whole"),
+            ("as one JSON array", "array"),
+            ("in 64 MB files", "split"),
+        ):
             result = measured[layout]
             rss = result["rss_tree_mb"] or result["rss_self_mb"]
             table.add_row(
@@ -383,8 +388,9 @@ SPLIT_BYTES = 64 << 20  # the files `big_file_layout` cuts a big file into, as `
 
 def big_file_layout(source: Path, folder: Path, layout: str) -> Path:
     """A folder holding `source` as it is (`whole`, a hard link where the file system allows), its
-    first lines up to half its bytes (`half`), or its lines in files of at most `SPLIT_BYTES`
-    (`split`: what `split -C 64m` writes)."""
+    first lines up to half its bytes (`half`), its lines as the elements of one JSON array, one a
+    line (`array`), or its lines in files of at most `SPLIT_BYTES` (`split`: what `split -C 64m`
+    writes)."""
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     target = folder / source.name
@@ -393,6 +399,13 @@ def big_file_layout(source: Path, folder: Path, layout: str) -> Path:
             os.link(source, target)
         except OSError:
             shutil.copyfile(source, target)
+        return folder
+    if layout == "array":
+        with source.open("rb") as lines, target.with_suffix(".json").open("wb") as out:
+            out.write(b"[")
+            for n, line in enumerate(lines):
+                out.write((b"\n" if n == 0 else b",\n") + line.rstrip(b"\r\n"))
+            out.write(b"\n]\n")
         return folder
     limit = source.stat().st_size // 2 if layout == "half" else SPLIT_BYTES
     part, written, out = 0, 0, None

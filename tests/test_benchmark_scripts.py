@@ -94,7 +94,7 @@ def test_run_refuses_fewer_than_one_round_before_measuring_anything(rounds, tmp_
     assert "traceforge benchmark" not in done.stderr  # stopped before the run's header, corpora and stores
 
 
-def test_the_big_file_table_ingests_a_file_whole_its_first_half_and_split_at_whole_lines(
+def test_the_big_file_table_ingests_a_file_whole_its_first_half_as_an_array_and_split_at_whole_lines(
     corpus, tmp_path, monkeypatch
 ):
     source = next(corpus.glob("openai-log-*.jsonl"))
@@ -109,6 +109,10 @@ def test_the_big_file_table_ingests_a_file_whole_its_first_half_and_split_at_who
     kept = half.read_bytes()
     assert content.startswith(kept) and kept.endswith(b"\n")
     assert len(content) // 2 - len(content.splitlines()[kept.count(b"\n")]) <= len(kept) <= len(content) // 2
+
+    (array,) = bench.big_file_layout(source, tmp_path / "array", "array").iterdir()
+    assert array.suffix == ".json" and array.read_text().startswith("[\n{")
+    assert json.loads(array.read_text()) == [json.loads(line) for line in content.splitlines()]
 
     split = sorted(bench.big_file_layout(source, tmp_path / "split", "split").iterdir())
     assert len(split) >= 5 and b"".join(path.read_bytes() for path in split) == content

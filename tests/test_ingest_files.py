@@ -252,11 +252,12 @@ def test_the_terminal_shows_stored_absolute_paths_as_a_user_would_type_them(tmp_
 
 def test_a_big_file_is_named_before_it_is_read_with_how_to_split_it(tmp_path, runner, monkeypatch):
     """A big file whose traces are all held until it is read (an agent framework's own log, here a
-    Claude Code session; a JSON document, read whole) takes more than its size in memory: ingest
-    says so before reading it, with the command that splits it (zcat first for gzip, whose
-    decompressed size counts). Transcripts, Chat Completions, Messages or Responses API logs and
-    OTel, Langfuse or LangSmith exports, handed out a trace at a time, small files, and a big file
-    the store holds unchanged, are not named; the ingest goes on either way."""
+    Claude Code session; a JSON document that is not an array of records, read whole) takes more
+    than its size in memory: ingest says so before reading it, with the command that splits it
+    (zcat first for gzip, whose decompressed size counts). Transcripts, Chat Completions, Messages
+    or Responses API logs and OTel, Langfuse or LangSmith exports, handed out a trace at a time (in
+    JSON Lines, or as one JSON array read element by element), small files, and a big file the
+    store holds unchanged, are not named; the ingest goes on either way."""
     import traceforge.ingest
     from traceforge.ingest import stream
 
@@ -269,6 +270,7 @@ def test_a_big_file_is_named_before_it_is_read_with_how_to_split_it(tmp_path, ru
     (logs / "responses.jsonl.gz").write_bytes(gzip.compress(responses))
     session = (repo / "tests" / "fixtures" / "claude_code" / "compacted_session.jsonl").read_bytes()
     (logs / "session.jsonl.gz").write_bytes(gzip.compress(session))
+    shutil.copy(repo / "tests" / "fixtures" / "langsmith" / "run_tree.json", logs)  # one run, a document
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(traceforge.ingest, "BIG_FILE_BYTES", 11_000)
     monkeypatch.setattr(stream, "CHUNK_BYTES", 8192)  # files of more than a chunk are streamed
@@ -276,24 +278,21 @@ def test_a_big_file_is_named_before_it_is_read_with_how_to_split_it(tmp_path, ru
     first = runner.invoke(cli, ["ingest", "logs", "--db", db])
     assert first.exit_code == 0, first.output
     notes = [line for line in first.stderr.splitlines() if line.startswith("note:")]
-    assert [note.split()[1] for note in notes] == [
-        "logs/openai_chat_transcripts.json",
-        "logs/session.jsonl.gz",
-    ]
+    assert [note.split()[1] for note in notes] == ["logs/run_tree.json", "logs/session.jsonl.gz"]
     streamed = [
         "anthropic_messages_transcripts.jsonl",
         "openai_chat_gateway.jsonl",
         "openai_chat_legacy_functions.jsonl",
+        "openai_chat_transcripts.json",  # a JSON array
     ]
     assert all((logs / name).stat().st_size > 11_000 for name in streamed)  # handed out as read: not named
     assert len(spans) > 11_000 and len(responses) > 11_000
     assert notes == [
-        "note: logs/openai_chat_transcripts.json holds 41.7kB of data. Its traces are all held in memory "
-        "until the whole file is read, which can take more than its size. If it is JSON Lines, split "
-        "it into files of about 64 MB and ingest those instead, to bound memory and use every core "
-        "(mkdir parts && split -C 64m -d --additional-suffix=.jsonl logs/openai_chat_transcripts.json "
-        "parts/part-): the traces spread over the parts are joined, so the store holds the same "
-        "traces.",
+        "note: logs/run_tree.json holds 15.1kB of data. Its traces are all held in memory until the "
+        "whole file is read, which can take more than its size. If it is JSON Lines, split it into "
+        "files of about 64 MB and ingest those instead, to bound memory and use every core (mkdir "
+        "parts && split -C 64m -d --additional-suffix=.jsonl logs/run_tree.json parts/part-): the "
+        "traces spread over the parts are joined, so the store holds the same traces.",
         "note: logs/session.jsonl.gz holds 13.3kB of data. Its traces are all held in memory until "
         "the whole file is read, which can take more than its size. If it is JSON Lines, split it "
         "into files of about 64 MB and ingest those instead, to bound memory and use every core "
@@ -301,7 +300,7 @@ def test_a_big_file_is_named_before_it_is_read_with_how_to_split_it(tmp_path, ru
         "parts/part-): the traces spread over the parts are joined, so the store holds the same "
         "traces.",
     ]
-    assert "8 new" in first.stderr
+    assert "9 new" in first.stderr
     again = runner.invoke(cli, ["ingest", "logs", "--db", db])
     assert again.exit_code == 0 and "note:" not in again.stderr, again.stderr
     (logs / "session.jsonl.gz").write_bytes(gzip.compress(session + b"\n"))  # changed: named again

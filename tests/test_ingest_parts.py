@@ -81,6 +81,88 @@ def test_files_written_in_parts_give_the_store_whole_files_give(logs, tmp_path, 
     assert snapshot(tmp_path / "parts.duckdb") == snapshot(tmp_path / "whole.duckdb")
 
 
+def json_arrays(logs: Path, folder: Path) -> Path:
+    """The corpus's gateway logs, transcripts and OTel export, the Responses API log, and the
+    recorded Langfuse and LangSmith exports, each as one JSON array, as platforms export them: an
+    element a line, all on one line, or gzip-compressed, in turn."""
+    sources = [
+        *sorted((logs / "corpus").glob("*.jsonl")),
+        *sorted((logs / "responses").glob("*.jsonl")),
+        logs / "fixtures" / "langfuse" / "traces.jsonl",
+        logs / "fixtures" / "langsmith" / "runs.jsonl",
+    ]
+    folder.mkdir()
+    shutil.copy(logs / "fixtures" / "langfuse" / "observations.json", folder)  # exported as an array
+    for n, source in enumerate(sources):
+        elements = [line for line in source.read_text().splitlines() if line.strip()]
+        text = "[" + ",".join(elements) + "]" if n % 3 == 1 else "[\n" + ",\n".join(elements) + "\n]\n"
+        target = folder / f"{source.parent.parent.name}-{source.stem}.json"
+        if n % 3 == 2:
+            target.with_suffix(".json.gz").write_bytes(gzip.compress(text.encode()))
+        else:
+            target.write_text(text)
+    return folder
+
+
+def test_json_arrays_read_in_chunks_give_the_store_whole_reads_give(logs, tmp_path, monkeypatch):
+    """Every format exported as one JSON array, read element by element (`stream._ArrayReader`),
+    half the files written in parts (the logs and exports read twice), gives the store the same
+    arrays read whole give."""
+    folder = json_arrays(logs, tmp_path / "arrays")
+    whole = ingest(tmp_path / "whole.duckdb", [folder])  # every array fits in a chunk: read whole
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 4096)
+    sizes = sorted(sources.content_size(path)[0] for path in folder.iterdir())
+    in_parts(monkeypatch, min_bytes=sizes[len(sizes) // 2], rows=20)
+    read = []
+    real_records = stream._ArrayReader.records
+    monkeypatch.setattr(
+        stream._ArrayReader, "records", lambda self, rejects: read.append(self) or real_records(self, rejects)
+    )
+    streamed = ingest(tmp_path / "streamed.duckdb", [folder])
+    files = sorted(path.name for path in folder.iterdir())
+    assert len(files) >= 10 and len(read) > len(files)  # each array streamed; those read twice, twice
+    assert [(f.path, f.status) for f in streamed.files] == [(f.path, f.status) for f in whole.files]
+    assert streamed.totals() == whole.totals() and whole.totals()["traces"] > 40
+    assert streamed.joined == whole.joined
+    assert snapshot(tmp_path / "streamed.duckdb") == snapshot(tmp_path / "whole.duckdb")
+
+
+def test_a_json_array_that_breaks_off_in_a_file_written_in_parts_fails_it_whole(tmp_path, monkeypatch):
+    """Its parts written so far are removed, and the file is rejected with where it breaks off."""
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 4096)
+    in_parts(monkeypatch, rows=10)
+    conversations = [
+        json.dumps(
+            {
+                "id": f"c{n}",
+                "messages": [{"role": "user", "content": "q" * 50}, {"role": "assistant", "content": "a"}],
+            }
+        )
+        for n in range(3000)
+    ]
+    text = "[\n" + ",\n".join(conversations) + "\n]\n"
+    path = tmp_path / "cut.json"
+    path.write_text(text[: len(text) // 2])
+    parts_written = []
+    real_part_rows = writer.part_rows
+    monkeypatch.setattr(
+        writer, "part_rows", lambda con, *rest: parts_written.append(1) or real_part_rows(con, *rest)
+    )
+    report = ingest(tmp_path / "s.duckdb", [path])
+    assert len(parts_written) > 10  # the conversations before the break were written, then removed
+    assert [(f.status, f.traces) for f in report.files] == [("failed", 0)]
+    line = text[: len(text) // 2].count("\n") + 1
+    assert report.files[0].message.startswith(
+        f"not JSON or JSON Lines (Unterminated string starting at line {line}"
+    )
+    con = store.connect(tmp_path / "s.duckdb", read_only=True)
+    assert con.execute("SELECT count(*) FROM traces").fetchone() == (0,)
+    assert con.execute("SELECT error LIKE 'not JSON%', records, ingested FROM sources").fetchall() == [
+        (True, 1, 0)
+    ]
+    con.close()
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_gzip_file_holding_more_than_its_trailer_says_is_written_in_parts(
     logs, tmp_path, monkeypatch, workers

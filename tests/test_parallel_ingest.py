@@ -5,6 +5,7 @@ ingests to exactly what its generator says it wrote."""
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import shutil
 import sys
@@ -16,6 +17,7 @@ import pytest
 from traceforge import store
 from traceforge.ingest import ingest_paths, parallel, stream
 from traceforge.ingest.sources import SourceFile, read_records
+from traceforge.ingest.values import MAX_NESTING
 from traceforge.model import Reject
 
 REPO = Path(__file__).resolve().parents[1]
@@ -249,27 +251,137 @@ def test_a_big_json_lines_file_streams_to_what_a_whole_read_gives(tmp_path, monk
     assert [(r.line, r.error, r.raw) for r in rejects] == [(r.line, r.error, r.raw) for r in expected_rejects]
     assert len(rejects) > 20
     # told from the first chunk alone, as a first pass over a big file needs it (a log read twice)
-    assert stream.starts_as_json_lines(path)
+    assert stream.streams_in_chunks(path)
     assert [(r.line, r.value, r.raw) for r in stream.first_pass(str(path))] == records
+
+
+def _messy_elements(count: int) -> list[str]:
+    """JSON texts of array elements: text with characters of 2 to 4 bytes (cut by chunk ends),
+    NaN, lone and paired surrogate escapes, an element several chunks long, one nested too deep,
+    and numbers, which a chunk can end inside of, last."""
+    elements = []
+    for n in range(count):
+        text = json.dumps({"n": n, "text": "é€𐀀 " * (n % 40), "k": [1, 2.5, None, True]}, ensure_ascii=False)
+        if n % 53 == 4:
+            text = text[:-1] + ', "score": NaN, "lone": "\\ud800x", "pair": "\\ud83d\\ude00"}'
+        elif n % 211 == 9:
+            text = text[:-1] + ', "big": "' + "z" * 5000 + '"}'
+        elif n == 300:
+            text = '{"deep": ' + "[" * (MAX_NESTING + 5) + "]" * (MAX_NESTING + 5) + "}"
+        elements.append(text)
+    return [*elements, "12345678", "-0.5e3"]
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+@pytest.mark.parametrize("layout", ["an element a line", "one line", "indented"])
+def test_a_big_json_array_streams_element_by_element_to_what_a_whole_read_gives(
+    tmp_path, monkeypatch, compressed, layout
+):
+    """An export written as one JSON array (Langfuse's, a benchmark's trajectories) is read in
+    chunks, an element at a time, however it is laid out: the records and rejects are the whole
+    read's, and what is held at once is a few chunks, not the file."""
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 1024)
+    elements = _messy_elements(700)
+    if layout == "an element a line":
+        text = "[\n" + ",\n".join(elements) + "\n]\n"
+    elif layout == "one line":
+        text = "[" + ",".join(elements) + "]"
+    else:  # as json.dump(indent=2) writes it, but the element too deep (indented, it is 150 kB)
+        pretty = [e if e.startswith('{"deep"') else json.dumps(json.loads(e), indent=2) for e in elements]
+        text = "[\n" + ",\n".join(pretty) + "\n]"
+    data = b"\xef\xbb\xbf" + text.encode()
+    path = tmp_path / ("export.json.gz" if compressed else "export.json")
+    path.write_bytes(gzip.compress(data) if compressed else data)
+    held = []
+    real_append = stream._ArrayReader._append
+    monkeypatch.setattr(
+        stream._ArrayReader,
+        "_append",
+        lambda self, chunk: real_append(self, chunk) or held.append(len(self.text)),
+    )
+    records, rejects, streamed = _streamed(path)
+    assert streamed and len(held) > 50
+    assert max(held) < 12_000 and len(text) > 15 * max(held)  # a 5 kB element and a chunk or two
+    expected_records, expected_rejects = _whole(path)
+    assert records == expected_records and len(records) > 690
+    assert [(r.line, r.error) for r in rejects] == [(r.line, r.error) for r in expected_rejects]
+    assert [r.line for r in rejects] == [301]  # the element too deep, by its number
+    assert stream.streams_in_chunks(path)
+    assert [(r.line, r.value, r.raw) for r in stream.first_pass(str(path))] == records
+
+
+@pytest.mark.parametrize(
+    "cut, reason",
+    [
+        (
+            lambda text: text[: text.index("}", len(text) // 2) + 1] + "\n",
+            "Expecting ',' delimiter at line 355 column 1",
+        ),
+        (lambda text: text.replace("\n]\n", "\n"), "Expecting ',' delimiter at line 702 column 1"),
+        (lambda text: text.replace('"n": 400,', '"n": 400'), "Expecting ',' delimiter at line 402 column 11"),
+        (lambda text: text + "[]", "Extra data at line 703 column 1"),
+    ],
+    ids=["cut midway", "no closing bracket", "a comma missing", "more after it"],
+)
+def test_a_big_json_array_that_breaks_off_fails_with_where(tmp_path, monkeypatch, cut, reason):
+    """As a JSON document read whole fails, with the line and column in the file."""
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 1024)
+    elements = [json.dumps({"n": n, "pad": "p" * (n % 30)}) for n in range(700)]
+    text = cut("[\n" + ",\n".join(elements) + "\n]\n")
+    path = tmp_path / "export.json"
+    path.write_text(text)
+    opened = stream.open_records(path, [])
+    assert opened.streamed
+    with pytest.raises(stream.SourceError) as raised:
+        list(opened.records)
+    assert str(raised.value) == (
+        f"not JSON or JSON Lines ({reason}); if it is a truncated JSON document, the writer may have "
+        "crashed: restore or re-export it"
+    )
+
+
+def test_json_lines_of_arrays_with_a_first_line_longer_than_a_chunk_are_read_as_lines(tmp_path, monkeypatch):
+    """A first line longer than the chunk could be a JSON array written on one line: what follows
+    the line tells. Lines of bare message lists (a transcript format) stay lines, not an array's
+    elements (read whole, as JSON Lines whose first line is longer than a chunk were before)."""
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 256)
+    long_first = [{"role": "user", "content": "x" * 300}, {"role": "assistant", "content": "ok"}]
+    short_first = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x" * 300}]
+    for conversation, compressed in itertools.product((long_first, short_first), (False, True)):
+        lines = [json.dumps(conversation)] * 3
+        data = ("\n".join(lines) + "\n").encode()
+        path = tmp_path / ("lists.jsonl.gz" if compressed else "lists.jsonl")
+        path.write_bytes(gzip.compress(data) if compressed else data)
+        records, rejects, _ = _streamed(path)
+        assert [(line, value) for line, value, _ in records] == [(n, conversation) for n in (1, 2, 3)]
+        assert not rejects and not stream.streams_in_chunks(path)  # read whole, as before
 
 
 @pytest.mark.parametrize(
     "content",
     [
-        "[" + ",".join(json.dumps({"n": n, "pad": "y" * 40}) for n in range(200)) + "]\n",  # one-line array
         json.dumps({f"key{n}": n for n in range(100)}, indent=2),  # a pretty-printed document
         "a,b\n" + "\n".join(f"{n},{n * 2}" for n in range(300)) + "\n",  # CSV
         "garbage first line\n" + "\n".join(json.dumps({"n": n}) for n in range(300)) + "\n",
+        "[INFO] started\n" + "[INFO] step, done\n" * 100,  # text that merely starts with a bracket
+        "[" + ",".join(str(n) for n in range(300)) + "]",  # an array of numbers, not of records
     ],
-    ids=["json-array-line", "pretty-document", "csv", "first-line-not-json"],
+    ids=["pretty-document", "csv", "first-line-not-json", "bracketed-text", "array-of-numbers"],
 )
-def test_what_is_not_plain_json_lines_is_read_whole_as_before(tmp_path, monkeypatch, content):
+def test_what_is_neither_json_lines_nor_an_array_of_records_is_read_whole_as_before(
+    tmp_path, monkeypatch, content
+):
     monkeypatch.setattr(stream, "CHUNK_BYTES", 256)
     path = tmp_path / "file.json"
     path.write_text(content)
-    records, rejects, streamed = _streamed(path)
+    try:
+        records, rejects, streamed = _streamed(path)
+    except stream.SourceError:  # not records at all, as a whole read says too
+        with pytest.raises(stream.SourceError):
+            _whole(path)
+        return
     assert not streamed
-    assert not stream.starts_as_json_lines(path) and stream.first_pass(str(path)) is None  # parsed whole
+    assert not stream.streams_in_chunks(path) and stream.first_pass(str(path)) is None  # parsed whole
     expected_records, expected_rejects = _whole(path)
     assert records == expected_records
     assert [(r.line, r.error) for r in rejects] == [(r.line, r.error) for r in expected_rejects]

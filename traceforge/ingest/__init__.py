@@ -28,14 +28,14 @@ from traceforge.ingest import detect, parallel, parts, writer
 from traceforge.ingest.joins import JoinReport, holdings, join_split_traces
 from traceforge.ingest.log_joins import join_log_conversations
 from traceforge.ingest.sources import Record, SourceError, content_size, expand_paths, sha256_file
-from traceforge.ingest.stream import ContentError, calling_every, open_records, starts_as_json_lines
+from traceforge.ingest.stream import ContentError, calling_every, open_records, streams_in_chunks
 from traceforge.ingest.writer import ParsedFile
 from traceforge.model import ParseResult, Reject, Trace
 from traceforge.workers import worker_count
 
-# A file this big (decompressed) whose traces are held until it is all read (a JSON document, or a
-# format without `stream`: agent frameworks' own logs) takes more than its size in memory: the user
-# is told to split it (docs/ingest.md#big-files).
+# A file this big (decompressed) whose traces are held until it is all read (a JSON document other
+# than an array of records, a CSV table, or a format without `stream`: agent frameworks' own logs)
+# takes more than its size in memory: the user is told to split it (docs/ingest.md#big-files).
 BIG_FILE_BYTES = 1 << 30
 # Files are written together until a batch holds about this many rows, or this many bytes of rows
 # (a batch is held in memory until it is written).
@@ -243,9 +243,9 @@ def big_files(
 
 def _streams(path: Path, adapter: ModuleType | None) -> bool:
     """Whether `path`'s records are read in chunks and its adapter hands out its traces as it reads
-    them (decided from its first records; a file that is not JSON Lines is not opened whole to
-    say so)."""
-    if not starts_as_json_lines(path):
+    them (decided from its first records; a file that is neither JSON Lines nor a JSON array of
+    records is not opened whole to say so)."""
+    if not streams_in_chunks(path):
         return False
     try:
         opened = open_records(path, [])
@@ -313,7 +313,7 @@ class _Opened:
 
 def _open_file(path: Path, sha: str, adapter: ModuleType | None) -> _Opened:
     """Open a file and choose its adapter (`adapter`, or the one its first records detect); big
-    JSON Lines files are streamed (`traceforge.ingest.stream`)."""
+    JSON Lines files and JSON arrays of records are streamed (`traceforge.ingest.stream`)."""
     key = str(path)
     rejects: list[Reject] = []
     try:

@@ -18,6 +18,7 @@ import hashlib
 import io
 import json
 import os
+import sys
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -185,14 +186,14 @@ def read_records(source: SourceFile, rejects: list[Reject]) -> Iterator[Record]:
         return
     document_error = None
     try:
-        # one level more for the array that holds the records; each element is checked below
-        document = parse_json(data.decode("utf-8"), max_nesting=MAX_NESTING + 1)
+        # nesting is checked below: per element of an array (one too deep is rejected on its own)
+        document = parse_json(data.decode("utf-8"), max_nesting=sys.maxsize)
         if not isinstance(document, list) and nesting_exceeds(document, MAX_NESTING):
             raise ValueError(TOO_DEEP)
     except UnicodeDecodeError:
         document_error = "not valid UTF-8"
     except json.JSONDecodeError as exc:
-        document_error = f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+        document_error = f"{json_error(exc.msg)} at line {exc.lineno} column {exc.colno}"
     except ValueError:
         document_error = TOO_DEEP
     else:
@@ -223,6 +224,12 @@ def read_records(source: SourceFile, rejects: list[Reject]) -> Iterator[Record]:
     yield from records
 
 
+def json_error(message: str) -> str:
+    """A JSON reader's error, to be followed by where: "Unterminated string starting at" without
+    its last word, which the place adds."""
+    return message.removesuffix(" at")
+
+
 def _read_json_lines(
     data: bytes, rejects: list[Reject], wanted: Callable[[int, bytes], bool] | None = None
 ) -> Iterator[Record]:
@@ -248,7 +255,10 @@ def _read_json_lines(
             rejects.append(
                 Reject(
                     line=number,
-                    error=f"invalid JSON: {exc.msg} at column {exc.colno} (truncated or corrupt line?)",
+                    error=(
+                        f"invalid JSON: {json_error(exc.msg)} at column {exc.colno} "
+                        "(truncated or corrupt line?)"
+                    ),
                     raw=text,
                 )
             )

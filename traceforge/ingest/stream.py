@@ -1,13 +1,17 @@
 """Reading a file's records without holding the file: big JSON Lines files in chunks of whole lines.
 
-A production log is often gigabytes of JSON Lines. Reading it whole (its bytes, then every record
-parsed at once) takes several times its size in memory; here such a file is read in chunks of about
-`CHUNK_BYTES` that end at a line break, and its records are parsed chunk by chunk as the adapter
-consumes them. Everything else (a file that fits in one chunk, a JSON document, a CSV table, UTF-16
-text, binary content, a JSON Lines file whose first line is not JSON) is read whole by
+A production log is often gigabytes of JSON Lines, and an observability platform's export a JSON
+array of as many records. Reading either whole (its bytes, then every record parsed at once) takes
+several times its size in memory; here such a file is read in chunks of about `CHUNK_BYTES`, and
+its records are parsed as the adapter consumes them: JSON Lines chunk by chunk (each chunk ends at a
+line break), a JSON array element by element (`_ArrayReader`). Everything else (a file that fits in
+one chunk, a JSON document that is not an array of objects or arrays, a CSV table, UTF-16 text,
+binary content, a JSON Lines file whose first line is not JSON) is read whole by
 `traceforge.ingest.sources.read_records`, exactly as before: streaming applies only where it cannot
-change what is read. A file read again for a few of its lines (a trace's parts, to join them) is
-streamed even when it fits in one chunk, so that its other lines are not parsed.
+change what is read. (A JSON array that breaks off, read whole, fails the file; streamed, it fails
+the file too, once its records so far have been read: see `_ArrayReader`.) A file read again for a
+few of its lines (a trace's parts, to join them) is streamed even when it fits in one chunk, so that
+its other lines are not parsed.
 
 >>> rejects = []
 >>> opened = open_records(Path("logs/gateway.jsonl"), rejects)          # doctest: +SKIP
@@ -16,23 +20,29 @@ streamed even when it fits in one chunk, so that its other lines are not parsed.
 
 from __future__ import annotations
 
+import codecs
 import functools
 import gzip
+import itertools
 import json
+import re
 import zlib
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from traceforge.ingest.sources import (
     GZIP_MAGIC,
+    TOO_DEEP,
     Record,
     SourceError,
     SourceFile,
     _read_json_lines,
+    json_error,
     read_records,
 )
+from traceforge.ingest.values import MAX_NESTING, NestingError, nesting_exceeds, parse_json_at
 from traceforge.model import ParseResult, Reject, Trace
 
 Learned = TypeVar("Learned")
@@ -99,10 +109,10 @@ def open_records(
         compressed = handle.read(2) == GZIP_MAGIC
         handle.seek(0)
         stream: BinaryIO = gzip.GzipFile(fileobj=handle) if compressed else handle
-        first = _read_chunk(stream)
+        first, layout = _first_chunk(stream)
         complete = len(first) < CHUNK_BYTES  # the whole content is in the first chunk
         filtered = lines is not None or holding is not None
-        if (complete and not filtered) or not _starts_with_json_line(first):
+        if layout == WHOLE or (complete and (layout == ARRAY or not filtered)):
             data = first if complete else first + _read_rest(stream)
             handle.close()
             source = SourceFile(path=path, data=data, sha256=sha256, size=size, compressed=compressed)
@@ -117,19 +127,22 @@ def open_records(
         handle.close()
         raise
     opened = OpenedFile(iter(()), size, first[:SAMPLE_CHARS], streamed=True, handle=handle)
-    opened.records = _stream(opened, stream, first, rejects, lines, holding)
+    if layout == ARRAY:  # every element, filtered or not: the docstring's "still gives every record"
+        opened.records = _ArrayReader(opened, stream, first).records(rejects)
+    else:
+        opened.records = _stream(opened, stream, first, rejects, lines, holding)
     return opened
 
 
-def starts_as_json_lines(path: Path) -> bool:
-    """Whether `path`'s content opens as JSON Lines (`_starts_with_json_line`, on its first chunk):
-    what `open_records` streams when it is more than a chunk. Reads only that chunk."""
+def streams_in_chunks(path: Path) -> bool:
+    """Whether `open_records` reads `path` in chunks when it is more than one: JSON Lines, or a JSON
+    array of objects or arrays (decided from its first chunk, as `open_records` decides)."""
     try:
         with open(path, "rb") as handle:
             compressed = handle.read(2) == GZIP_MAGIC
             handle.seek(0)
             stream: BinaryIO = gzip.GzipFile(fileobj=handle) if compressed else handle
-            return _starts_with_json_line(_read_chunk(stream))
+            return _first_chunk(stream)[1] != WHOLE
     except (OSError, SourceError):
         return False
 
@@ -142,11 +155,12 @@ PROGRESS_RECORDS = 2048  # how often `first_pass` reports how far it has read
 def first_pass(source_path: str, on_read: Callable[[int], None] | None = None) -> Iterator[Record] | None:
     """A big file's records read once more, for an adapter that must see them all before it can
     hand out any trace (where a conversation ends, which record holds a trace's last span), or None
-    for a file that is not JSON Lines: read whole, it is parsed whole. Lines that are not JSON are
-    skipped here; the second reading rejects them. `on_read(bytes)` is told, every few thousand
+    for a file that is neither JSON Lines nor a JSON array of records (`streams_in_chunks`): read
+    whole, it is parsed whole. Lines that are not JSON are skipped here; the second reading rejects
+    them. `on_read(bytes)` is told, every few thousand
     records and at the end, how many of the file's bytes on disk this reading has read."""
     path = Path(source_path)
-    if not starts_as_json_lines(path):
+    if not streams_in_chunks(path):
         return None
     opened = open_records(path, [])
     return opened.records if on_read is None else _reporting(opened, on_read)
@@ -163,8 +177,9 @@ def read_twice(
 ) -> Iterator[Trace]:
     """The `stream` of an adapter that must read a big file once before it can hand out any trace:
     `learn` reads the first pass (`first_pass`) for what the second needs (where each trace ends),
-    then `hand_out` reads `records` with it, counting into `result`. A file that is not JSON Lines
-    is parsed whole by `parse`, and its traces handed out after (`ParseResult.drain_into`)."""
+    then `hand_out` reads `records` with it, counting into `result`. A file that `open_records`
+    read whole is parsed whole by `parse`, and its traces handed out after
+    (`ParseResult.drain_into`)."""
     first = first_pass(source_path, on_first_pass)
     if first is None:
         yield from parse(records, source_path).drain_into(result)
@@ -203,20 +218,67 @@ def _gzip_error(exc: BaseException) -> SourceError:
 
 def _read_chunk(stream: BinaryIO) -> bytes:
     """About CHUNK_BYTES of content, extended to the end of its last line."""
-    try:
-        chunk = stream.read(CHUNK_BYTES)
-        if len(chunk) == CHUNK_BYTES and not chunk.endswith(b"\n"):
-            chunk += stream.readline()
-    except (OSError, EOFError, zlib.error) as exc:
-        raise _gzip_error(exc) from exc
+    chunk = _read(stream, CHUNK_BYTES)
+    if len(chunk) == CHUNK_BYTES and not chunk.endswith(b"\n"):
+        chunk += _read(stream, -1, line=True)
     return chunk
 
 
 def _read_rest(stream: BinaryIO) -> bytes:
+    return _read(stream, -1)
+
+
+def _read(stream: BinaryIO, size: int, line: bool = False) -> bytes:
+    """`size` bytes of content (all that is left for -1), or with `line` the rest of the line."""
     try:
-        return stream.read()
+        return stream.readline() if line else stream.read(size)
     except (OSError, EOFError, zlib.error) as exc:
         raise _gzip_error(exc) from exc
+
+
+# How `open_records` reads a file of more than a chunk (`_first_chunk`).
+LINES, ARRAY, WHOLE = "lines", "array", "whole"
+
+
+def _first_chunk(stream: BinaryIO) -> tuple[bytes, str]:
+    """The content's first chunk and how a file of more than one is read: as JSON Lines (`LINES`,
+    the chunk extended to the end of its last line), as a JSON array of records (`ARRAY`, the chunk
+    as read), or `WHOLE`.
+
+    A first line longer than the chunk is either a JSON document written on one line or a long
+    first line of JSON Lines; only the rest of the content tells them apart, so it is read up to
+    the line's end and the stream sought back (for gzip, decompressed again) before deciding."""
+    chunk = _read(stream, CHUNK_BYTES)
+    if len(chunk) == CHUNK_BYTES and b"\n" not in chunk and _opens_array(chunk):
+        if _ends_with_its_first_line(stream):
+            return chunk, ARRAY
+        stream.seek(0)
+        chunk = _read(stream, CHUNK_BYTES)
+    if len(chunk) == CHUNK_BYTES and not chunk.endswith(b"\n"):
+        chunk += _read(stream, -1, line=True)
+    if _starts_with_json_line(chunk):
+        return chunk, LINES
+    if _opens_array(chunk) and not _is_json(chunk.split(b"\n", 1)[0]):
+        return chunk, ARRAY
+    return chunk, WHOLE  # a first line that is a whole array: a document or JSON Lines, read whole
+
+
+def _ends_with_its_first_line(stream: BinaryIO) -> bool:
+    """Whether nothing but white space follows the line the stream is in; the stream is left
+    where it was."""
+    position = stream.tell()
+    try:
+        while b"\n" not in (piece := _read(stream, CHUNK_BYTES)):
+            if not piece:
+                return True
+        rest = piece[piece.index(b"\n") :]
+        while not rest.strip():
+            rest = _read(stream, SAMPLE_CHARS)
+            if not rest:
+                return True
+        return False
+    finally:
+        stream.seek(position)
 
 
 def _starts_with_json_line(chunk: bytes) -> bool:
@@ -235,6 +297,41 @@ def _starts_with_json_line(chunk: bytes) -> bool:
     except (UnicodeDecodeError, ValueError, RecursionError):
         return False
     return isinstance(value, dict | list)
+
+
+def _is_json(line: bytes) -> bool:
+    try:
+        json.loads(line)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def _opens_array(chunk: bytes) -> bool:
+    """Whether the content opens as a JSON array of records: UTF-8, `[` then an object or array
+    that ends in the chunk and is followed by `,` or `]`. (A file of text that merely starts with
+    `[`, such as `[INFO] ...` log lines, is not.)"""
+    data = chunk.removeprefix(UTF8_BOM)
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in data[:4096]:
+        return False
+    try:
+        text = codecs.utf_8_decode(data, "strict", False)[0]  # a character cut at the end waits
+    except UnicodeDecodeError:
+        return False
+    start = _WHITESPACE.match(text).end()
+    if not text.startswith("[", start):
+        return False
+    start = _WHITESPACE.match(text, start + 1).end()
+    if not text.startswith(("{", "["), start):
+        return False
+    try:
+        _, end = parse_json_at(text, start)
+    except ValueError:
+        return False
+    return text.startswith((",", "]"), _WHITESPACE.match(text, end).end())
+
+
+_WHITESPACE = re.compile(r"[ \t\n\r]*")  # JSON's white space
 
 
 def _lines_in(chunk: bytes) -> int:
@@ -292,3 +389,123 @@ def _shifted(rejects: list[Reject], offset: int) -> list[Reject]:
         if reject.line is not None:
             reject.line += offset
     return rejects
+
+
+class _ArrayReader:
+    """The elements of a JSON array, read in chunks and parsed one at a time: what a JSON array of
+    records (an observability platform's export) holds while it is read is a chunk of its text and
+    the element being parsed, not the file.
+
+    Elements are numbered from 1, as a JSON array read whole numbers them (`Record.line`). An element
+    nested deeper than `MAX_NESTING` goes to `rejects`, as it does there. Content that breaks off or
+    is not JSON raises SourceError with where (line and column in the file), in the words a JSON
+    document read whole fails with, once the elements before it have been read; so the file fails
+    as a whole either way (`parts.write_in_parts` removes what it wrote of it).
+    """
+
+    def __init__(self, opened: OpenedFile, stream: BinaryIO, first: bytes) -> None:
+        self.opened = opened
+        self.stream = stream
+        self.decoder = codecs.getincrementaldecoder("utf-8")()
+        self.text = ""
+        self.pos = 0  # where reading has got in `text`
+        self.lines_before = 0  # line breaks in the text dropped before `text`
+        self.column_before = 0  # characters after the last of them
+        self.ended = False
+        opened.content_read = len(first)
+        self._append(first.removeprefix(UTF8_BOM))
+
+    def records(self, rejects: list[Reject]) -> Iterator[Record]:
+        try:
+            self._skip_whitespace()
+            self.pos += 1  # the `[` that `_opens_array` found
+            self._skip_whitespace()
+            if self._next_char() == "]":
+                self.pos += 1
+            else:
+                yield from self._elements(rejects)
+            self._skip_whitespace()
+            if self._next_char():
+                raise self._error("Extra data", self.pos)
+        finally:
+            self.opened.handle.close()
+
+    def _elements(self, rejects: list[Reject]) -> Iterator[Record]:
+        for number in itertools.count(1):
+            value, end = self._value()
+            text, start = self.text, self.pos
+            self.pos = end
+            if text.count("[", start, end) + text.count("{", start, end) > MAX_NESTING and nesting_exceeds(
+                value, MAX_NESTING
+            ):
+                rejects.append(Reject(line=number, error=TOO_DEEP))
+            else:
+                yield Record(line=number, value=value)
+            self._skip_whitespace()
+            separator = self._next_char()
+            if separator == "]":
+                self.pos += 1
+                return
+            if separator != ",":
+                raise self._error("Expecting ',' delimiter", self.pos)
+            self.pos += 1
+            self._skip_whitespace()
+
+    def _value(self) -> tuple[Any, int]:
+        """The element at `pos` and where it ends, reading on while the text read so far ends
+        inside it."""
+        while True:
+            try:
+                value, end = parse_json_at(self.text, self.pos)
+            except json.JSONDecodeError as exc:
+                cut = exc.pos >= len(self.text) - 16 or exc.msg.startswith("Unterminated string")
+                if cut and self._read_on(len(self.text) - self.pos):
+                    continue
+                raise self._error(json_error(exc.msg), exc.pos) from None
+            except NestingError:
+                raise SourceError(f"a JSON document {TOO_DEEP}") from None
+            if end == len(self.text) and self._read_on():  # a number may go on in the next chunk
+                continue
+            return value, end
+
+    def _read_on(self, held: int = 0) -> bool:
+        """Drop the text read, add the next chunk (at least as much as the `held` text of an element
+        being read, so a big element is parsed a few times, not once per chunk); False at the end."""
+        if self.ended:
+            return False
+        last_break = self.text.rfind("\n", 0, self.pos)
+        self.lines_before += self.text.count("\n", 0, self.pos)
+        self.column_before = self.pos - last_break - 1 if last_break >= 0 else self.column_before + self.pos
+        self.text, self.pos = self.text[self.pos :], 0
+        data = _read(self.stream, max(CHUNK_BYTES, held))
+        self.opened.content_read += len(data)
+        self.ended = not data
+        self._append(data)
+        return not self.ended
+
+    def _append(self, data: bytes) -> None:
+        try:
+            self.text += self.decoder.decode(data, final=self.ended)
+        except UnicodeDecodeError as exc:
+            raise self._error(f"not valid UTF-8 ({exc.reason})", len(self.text)) from None
+
+    def _skip_whitespace(self) -> None:
+        while True:
+            self.pos = _WHITESPACE.match(self.text, self.pos).end()
+            if self.pos < len(self.text) or not self._read_on():
+                return
+
+    def _next_char(self) -> str:
+        if self.pos == len(self.text):
+            self._read_on()
+        return self.text[self.pos : self.pos + 1]
+
+    def _error(self, message: str, pos: int) -> SourceError:
+        """As `read_records` words a document that is not JSON, with the line and column in the file."""
+        line = self.lines_before + self.text.count("\n", 0, pos) + 1
+        last_break = self.text.rfind("\n", 0, pos)
+        column = pos - last_break if last_break >= 0 else self.column_before + pos + 1
+        return SourceError(
+            f"not JSON or JSON Lines ({message} at line {line} column {column}); if it is a truncated "
+            "JSON document, the writer may have crashed: restore or re-export it"
+        )

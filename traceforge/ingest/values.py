@@ -57,6 +57,25 @@ def parse_json(text: str, max_nesting: int = MAX_NESTING) -> Any:
     return value
 
 
+def parse_json_at(text: str, start: int) -> tuple[Any, int]:
+    """The JSON value that starts at `start` in `text` (no whitespace before it), read as
+    `parse_json` reads one, and where it ends: how the elements of a JSON array read in chunks are
+    taken one by one (`traceforge.ingest.stream`). Its nesting is not checked (the caller checks it
+    with `nesting_exceeds`), but for a value too deep to parse at all, which raises NestingError.
+    Raises json.JSONDecodeError for bad syntax, or for a value that `text` ends inside.
+
+    >>> parse_json_at('[{"n": NaN}, "\\\\udc00"]', 1), parse_json_at('[{"n": NaN}, "\\\\udc00"]', 13)
+    (({'n': None}, 11), ('\ufffd', 21))
+    """
+    try:
+        value, end = _DECODER.raw_decode(text, start)
+    except RecursionError:
+        raise NestingError(f"nested deeper than {MAX_NESTING} levels") from None
+    if _SURROGATE_ESCAPE_START.search(text, start, end) and _LONE_SURROGATE_ESCAPE.search(text, start, end):
+        value = _without_surrogates(value)
+    return value, end
+
+
 def _nonfinite_as_null(name: str) -> None:
     return None
 
