@@ -127,6 +127,30 @@ def test_json_arrays_read_in_chunks_give_the_store_whole_reads_give(logs, tmp_pa
     assert snapshot(tmp_path / "streamed.duckdb") == snapshot(tmp_path / "whole.duckdb")
 
 
+def test_a_langfuse_csv_export_read_row_by_row_and_in_parts_gives_the_store_a_whole_read_gives(
+    tmp_path, monkeypatch
+):
+    """Langfuse's CSV export of observations (JSON in quoted cells), beside its trace records: read
+    a row at a time, twice (a trace's observations can come anywhere), and written in parts."""
+    folder = tmp_path / "export"
+    folder.mkdir()
+    for name in ("observations.csv", "traces.jsonl"):
+        shutil.copy(REPO / "tests" / "fixtures" / "langfuse" / name, folder)
+    whole = ingest(tmp_path / "whole.duckdb", [folder])
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 2048)
+    in_parts(monkeypatch, rows=5)
+    read = []
+    real_stream_csv = stream._stream_csv
+    monkeypatch.setattr(stream, "_stream_csv", lambda *args: read.append(args[0]) or real_stream_csv(*args))
+    streamed = ingest(tmp_path / "streamed.duckdb", [folder])
+    assert len(read) >= 2  # both passes
+    assert [(f.path, f.status, f.format) for f in streamed.files] == [
+        (f.path, f.status, f.format) for f in whole.files
+    ]
+    assert streamed.totals() == whole.totals() and whole.totals()["tool_calls"] > 0
+    assert snapshot(tmp_path / "streamed.duckdb") == snapshot(tmp_path / "whole.duckdb")
+
+
 def test_a_json_array_that_breaks_off_in_a_file_written_in_parts_fails_it_whole(tmp_path, monkeypatch):
     """Its parts written so far are removed, and the file is rejected with where it breaks off."""
     monkeypatch.setattr(stream, "CHUNK_BYTES", 4096)

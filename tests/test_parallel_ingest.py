@@ -357,16 +357,56 @@ def test_json_lines_of_arrays_with_a_first_line_longer_than_a_chunk_are_read_as_
         assert not rejects and not stream.streams_in_chunks(path)  # read whole, as before
 
 
+def _messy_csv(rows: int) -> str:
+    """A CSV export as platforms write it: quoted cells holding commas, quotes, line breaks (some
+    longer than a chunk) and characters of several bytes, CRLF line ends, blank lines, and rows
+    with a field too many or too few."""
+    lines = ["id,traceId,input,output"]
+    for n in range(rows):
+        text = f'line one, of {n}\nline "two" é€𐀀' + ("\n" + "w" * 3000 if n % 97 == 5 else "")
+        if n % 61 == 7:
+            lines.append(f"o{n},t{n % 9},{n}")  # a field too few
+        elif n % 67 == 8:
+            lines.append("")
+        else:
+            lines.append(f'o{n},t{n % 9},"{text.replace(chr(34), chr(34) * 2)}",{n * 2}')
+    return "\r\n".join(lines) + "\r\n"
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_a_big_csv_table_streams_row_by_row_to_what_a_whole_read_gives(tmp_path, monkeypatch, compressed):
+    """A CSV export is read a row at a time (a quoted cell may hold line breaks, so not in chunks
+    of lines): the records, their raw text and the rejects are the whole read's."""
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 1024)
+    data = b"\xef\xbb\xbf" + _messy_csv(800).encode()
+    path = tmp_path / ("observations.csv.gz" if compressed else "observations.csv")
+    path.write_bytes(gzip.compress(data) if compressed else data)
+    records, rejects, streamed = _streamed(path)
+    assert streamed
+    expected_records, expected_rejects = _whole(path)
+    assert records == expected_records and len(records) > 770
+    assert [(r.line, r.error, r.raw) for r in rejects] == [(r.line, r.error, r.raw) for r in expected_rejects]
+    assert len(rejects) == 13 and rejects[0].error == "CSV row has 3 fields, the header has 4"
+    assert stream.streams_in_chunks(path)
+    assert [(r.line, r.value, r.raw) for r in stream.first_pass(str(path))] == records
+
+
 @pytest.mark.parametrize(
     "content",
     [
         json.dumps({f"key{n}": n for n in range(100)}, indent=2),  # a pretty-printed document
-        "a,b\n" + "\n".join(f"{n},{n * 2}" for n in range(300)) + "\n",  # CSV
+        "a,b\n" + "\n".join(f"{n},{n * 2}" if n != 3 else '{"n": 1}' for n in range(300)) + "\n",
         "garbage first line\n" + "\n".join(json.dumps({"n": n}) for n in range(300)) + "\n",
         "[INFO] started\n" + "[INFO] step, done\n" * 100,  # text that merely starts with a bracket
         "[" + ",".join(str(n) for n in range(300)) + "]",  # an array of numbers, not of records
     ],
-    ids=["pretty-document", "csv", "first-line-not-json", "bracketed-text", "array-of-numbers"],
+    ids=[
+        "pretty-document",
+        "csv-with-a-json-line",
+        "first-line-not-json",
+        "bracketed-text",
+        "array-of-numbers",
+    ],
 )
 def test_what_is_neither_json_lines_nor_an_array_of_records_is_read_whole_as_before(
     tmp_path, monkeypatch, content

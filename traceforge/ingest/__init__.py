@@ -34,8 +34,8 @@ from traceforge.model import ParseResult, Reject, Trace
 from traceforge.workers import worker_count
 
 # A file this big (decompressed) whose traces are held until it is all read (a JSON document other
-# than an array of records, a CSV table, or a format without `stream`: agent frameworks' own logs)
-# takes more than its size in memory: the user is told to split it (docs/ingest.md#big-files).
+# than an array of records, or a format without `stream`: agent frameworks' own logs) takes more
+# than its size in memory: the user is told to split it (docs/ingest.md#big-files).
 BIG_FILE_BYTES = 1 << 30
 # Files are written together until a batch holds about this many rows, or this many bytes of rows
 # (a batch is held in memory until it is written).
@@ -243,8 +243,8 @@ def big_files(
 
 def _streams(path: Path, adapter: ModuleType | None) -> bool:
     """Whether `path`'s records are read in chunks and its adapter hands out its traces as it reads
-    them (decided from its first records; a file that is neither JSON Lines nor a JSON array of
-    records is not opened whole to say so)."""
+    them (decided from its first records; a file that `stream.streams_in_chunks` says is read
+    whole is not opened whole to say so)."""
     if not streams_in_chunks(path):
         return False
     try:
@@ -313,7 +313,7 @@ class _Opened:
 
 def _open_file(path: Path, sha: str, adapter: ModuleType | None) -> _Opened:
     """Open a file and choose its adapter (`adapter`, or the one its first records detect); big
-    JSON Lines files and JSON arrays of records are streamed (`traceforge.ingest.stream`)."""
+    JSON Lines files, JSON arrays of records and CSV tables are streamed (`traceforge.ingest.stream`)."""
     key = str(path)
     rejects: list[Reject] = []
     try:

@@ -20,7 +20,7 @@ import json
 import os
 import sys
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -280,34 +280,71 @@ def _read_csv(data: bytes, rejects: list[Reject]) -> list[Record] | None:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         return None
-    lines = list(io.StringIO(text, newline=""))  # split at \n, \r, \r\n only, as csv expects
+    rows = csv_table(io.StringIO(text, newline=""))  # split at \n, \r, \r\n only, as csv expects
+    if rows is None:
+        return None
+    records: list[Record] = []
+    bad: list[Reject] = []
+    for row in rows:
+        (records if isinstance(row, Record) else bad).append(row)
+    if not records:
+        return None
+    rejects.extend(bad)
+    return records
+
+
+def csv_table(lines: Iterable[str]) -> Iterator[Record | Reject] | None:
+    """A CSV table's rows, read from its `lines` (their line ends kept) as they are taken: each a
+    Record of text cells by header name, or a Reject (a row whose field count differs from the
+    header's; an unreadable row, which ends the table); None when the first line is not a header
+    (one column, an empty or overlong name)."""
     csv.field_size_limit(2**31 - 1)  # exported prompts and outputs exceed the default 128 KiB cell
-    reader = csv.reader(lines)
+    taken = _TakenLines(iter(lines))
+    reader = csv.reader(taken)
     try:
         header = next(reader)
     except (csv.Error, StopIteration):
         return None
     if len(header) < 2 or any(not h.strip() or len(h) > CSV_MAX_HEADER_CHARS or "\n" in h for h in header):
         return None
-    records: list[Record] = []
-    bad: list[Reject] = []
+    taken.take()
+    return _csv_rows(reader, taken, header)
+
+
+class _TakenLines:
+    """The lines csv.reader reads, kept until the row they make is taken: its raw text."""
+
+    def __init__(self, lines: Iterator[str]) -> None:
+        self.lines = lines
+        self.taken: list[str] = []
+
+    def __iter__(self) -> _TakenLines:
+        return self
+
+    def __next__(self) -> str:
+        line = next(self.lines)
+        self.taken.append(line)
+        return line
+
+    def take(self) -> list[str]:
+        taken, self.taken = self.taken, []
+        return taken
+
+
+def _csv_rows(reader: Any, taken: _TakenLines, header: list[str]) -> Iterator[Record | Reject]:
     while True:
         start = reader.line_num + 1
         try:
             row = next(reader)
         except StopIteration:
-            break
+            return
         except csv.Error as exc:
-            bad.append(Reject(start, f"unreadable CSV row: {exc}", "".join(lines[start - 1 : start])))
-            break
-        raw = "".join(lines[start - 1 : reader.line_num]).rstrip("\r\n")
+            yield Reject(start, f"unreadable CSV row: {exc}", "".join(taken.take()[:1]))
+            return
+        raw = "".join(taken.take()).rstrip("\r\n")
         if not row:
             continue
         if len(row) != len(header):
-            bad.append(Reject(start, f"CSV row has {len(row)} fields, the header has {len(header)}", raw))
+            yield Reject(start, f"CSV row has {len(row)} fields, the header has {len(header)}", raw)
             continue
-        records.append(Record(line=start, value=dict(zip(header, row, strict=True)), raw=raw))
-    if not records:
-        return None
-    rejects.extend(bad)
-    return records
+        yield Record(line=start, value=dict(zip(header, row, strict=True)), raw=raw)

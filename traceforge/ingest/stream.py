@@ -1,17 +1,18 @@
-"""Reading a file's records without holding the file: big JSON Lines files in chunks of whole lines.
+"""Reading a file's records without holding the file: big JSON Lines files, JSON arrays and CSV tables.
 
 A production log is often gigabytes of JSON Lines, and an observability platform's export a JSON
-array of as many records. Reading either whole (its bytes, then every record parsed at once) takes
-several times its size in memory; here such a file is read in chunks of about `CHUNK_BYTES`, and
-its records are parsed as the adapter consumes them: JSON Lines chunk by chunk (each chunk ends at a
-line break), a JSON array element by element (`_ArrayReader`). Everything else (a file that fits in
-one chunk, a JSON document that is not an array of objects or arrays, a CSV table, UTF-16 text,
-binary content, a JSON Lines file whose first line is not JSON) is read whole by
-`traceforge.ingest.sources.read_records`, exactly as before: streaming applies only where it cannot
-change what is read. (A JSON array that breaks off, read whole, fails the file; streamed, it fails
-the file too, once its records so far have been read: see `_ArrayReader`.) A file read again for a
-few of its lines (a trace's parts, to join them) is streamed even when it fits in one chunk, so that
-its other lines are not parsed.
+array or a CSV table of as many records. Reading any of them whole (its bytes, then every record
+parsed at once) takes several times its size in memory; here such a file is read in chunks of about
+`CHUNK_BYTES`, and its records are parsed as the adapter consumes them: JSON Lines chunk by chunk
+(each chunk ends at a line break), a JSON array element by element (`_ArrayReader`), a CSV table
+row by row (`_stream_csv`). Everything else (a file that fits in one chunk, a JSON document that is
+not an array of objects or arrays, UTF-16 text, binary content, a JSON Lines file whose first line
+is not JSON) is read whole by `traceforge.ingest.sources.read_records`, exactly as before: streaming
+applies only where it cannot change what is read, and which way a file is read is decided from its
+first chunk as a whole read would decide it (`_first_chunk`). (A JSON array that breaks off, read
+whole, fails the file; streamed, it fails the file too, once its records so far have been read: see
+`_ArrayReader`.) A file read again for a few of its lines (a trace's parts, to join them) is
+streamed even when it fits in one chunk, so that its other lines are not parsed.
 
 >>> rejects = []
 >>> opened = open_records(Path("logs/gateway.jsonl"), rejects)          # doctest: +SKIP
@@ -23,6 +24,7 @@ from __future__ import annotations
 import codecs
 import functools
 import gzip
+import io
 import itertools
 import json
 import re
@@ -39,6 +41,7 @@ from traceforge.ingest.sources import (
     SourceError,
     SourceFile,
     _read_json_lines,
+    csv_table,
     json_error,
     read_records,
 )
@@ -112,7 +115,7 @@ def open_records(
         first, layout = _first_chunk(stream)
         complete = len(first) < CHUNK_BYTES  # the whole content is in the first chunk
         filtered = lines is not None or holding is not None
-        if layout == WHOLE or (complete and (layout == ARRAY or not filtered)):
+        if layout == WHOLE or (complete and (layout != LINES or not filtered)):
             data = first if complete else first + _read_rest(stream)
             handle.close()
             source = SourceFile(path=path, data=data, sha256=sha256, size=size, compressed=compressed)
@@ -129,6 +132,8 @@ def open_records(
     opened = OpenedFile(iter(()), size, first[:SAMPLE_CHARS], streamed=True, handle=handle)
     if layout == ARRAY:  # every element, filtered or not: the docstring's "still gives every record"
         opened.records = _ArrayReader(opened, stream, first).records(rejects)
+    elif layout == CSV:  # every row, likewise
+        opened.records = _stream_csv(opened, stream, rejects)
     else:
         opened.records = _stream(opened, stream, first, rejects, lines, holding)
     return opened
@@ -237,13 +242,14 @@ def _read(stream: BinaryIO, size: int, line: bool = False) -> bytes:
 
 
 # How `open_records` reads a file of more than a chunk (`_first_chunk`).
-LINES, ARRAY, WHOLE = "lines", "array", "whole"
+LINES, ARRAY, CSV, WHOLE = "lines", "array", "csv", "whole"
 
 
 def _first_chunk(stream: BinaryIO) -> tuple[bytes, str]:
     """The content's first chunk and how a file of more than one is read: as JSON Lines (`LINES`,
     the chunk extended to the end of its last line), as a JSON array of records (`ARRAY`, the chunk
-    as read), or `WHOLE`.
+    as read), as a CSV table (`CSV`, read again from its start), or `WHOLE`: what
+    `sources.read_records` would make of the first chunk.
 
     A first line longer than the chunk is either a JSON document written on one line or a long
     first line of JSON Lines; only the rest of the content tells them apart, so it is read up to
@@ -260,6 +266,8 @@ def _first_chunk(stream: BinaryIO) -> tuple[bytes, str]:
         return chunk, LINES
     if _opens_array(chunk) and not _is_json(chunk.split(b"\n", 1)[0]):
         return chunk, ARRAY
+    if _opens_csv(chunk):
+        return chunk, CSV
     return chunk, WHOLE  # a first line that is a whole array: a document or JSON Lines, read whole
 
 
@@ -332,6 +340,25 @@ def _opens_array(chunk: bytes) -> bool:
 
 
 _WHITESPACE = re.compile(r"[ \t\n\r]*")  # JSON's white space
+
+
+def _opens_csv(chunk: bytes) -> bool:
+    """Whether the content opens as a CSV table (`sources.csv_table`) that a whole read would take
+    as one: UTF-8, a header row with a row that fits it, and no line of the chunk a JSON object or
+    array (a whole read takes content holding one as JSON Lines whose other lines are bad). The one
+    difference left: a table holding such a line only after its first chunk is read as a table,
+    where a whole read would keep that line alone and reject the rest."""
+    data = chunk.removeprefix(UTF8_BOM)
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in data[:4096]:
+        return False
+    try:
+        text = codecs.utf_8_decode(data[: data.rfind(b"\n") + 1], "strict", True)[0]
+    except UnicodeDecodeError:
+        return False
+    if any(line.lstrip().startswith(("{", "[")) and _is_json(line.encode()) for line in text.splitlines()):
+        return False
+    rows = csv_table(io.StringIO(text, newline=""))
+    return rows is not None and any(isinstance(row, Record) for row in rows)
 
 
 def _lines_in(chunk: bytes) -> int:
@@ -509,3 +536,32 @@ class _ArrayReader:
             f"not JSON or JSON Lines ({message} at line {line} column {column}); if it is a truncated "
             "JSON document, the writer may have crashed: restore or re-export it"
         )
+
+
+CSV_PROGRESS_ROWS = 256  # how often a CSV table read in chunks updates how much of it is read
+
+
+def _stream_csv(opened: OpenedFile, stream: BinaryIO, rejects: list[Reject]) -> Iterator[Record]:
+    """A CSV table's rows as `sources.csv_table` reads them, from the file's start, a line at a
+    time: a quoted cell may hold line breaks, so the table is read as text, not in chunks of lines."""
+    try:
+        stream.seek(0)
+        text = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
+        rows = csv_table(text)
+        if rows is None:  # `_opens_csv` read the same header
+            raise SourceError(FILE_CHANGED)
+        for number, row in enumerate(rows, start=1):
+            if isinstance(row, Reject):
+                rejects.append(row)
+            else:
+                yield row
+            if number % CSV_PROGRESS_ROWS == 0:
+                opened.content_read = stream.tell()
+    except UnicodeDecodeError as exc:
+        raise SourceError(
+            f"not valid UTF-8 in the CSV table ({exc.reason}); re-encode the file as UTF-8"
+        ) from None
+    except (OSError, EOFError, zlib.error) as exc:
+        raise _gzip_error(exc) from exc
+    finally:
+        opened.handle.close()
