@@ -26,6 +26,7 @@ from traceforge.ingest import (
     langsmith,
     openai_chat,
     openai_responses,
+    openhands,
     otlp,
     parts,
     sources,
@@ -332,6 +333,66 @@ def test_transcripts_are_handed_out_as_their_records_are_read():
     assert first.source_id == "c0" and len(read) <= api_log.LOG_SAMPLE + 1  # the first records tell
     assert [t.source_id for t in traces] == [f"c{n}" for n in range(1, 100)]
     assert result.records == 100 and not result.rejects
+
+
+def evaluation_output(runs: int) -> list[str]:
+    """OpenHands evaluation output: the recorded runs again under instance ids of their own, and
+    a line that is not a run."""
+    recorded = (REPO / "tests" / "fixtures" / "openhands" / "eval_output.jsonl").read_text().splitlines()
+    lines = []
+    for n in range(runs):
+        run = json.loads(recorded[n % len(recorded)])
+        run["instance_id"] = f"{run['instance_id']}-{n}"
+        lines.append(json.dumps(run))
+    lines.insert(runs // 2, json.dumps({"not": "a run"}))
+    return lines
+
+
+def test_openhands_evaluation_output_is_handed_out_a_run_at_a_time():
+    """Each line of a benchmark run's `output.jsonl` is one trace, handed out once its line is
+    read; a trajectory (a file of events, one trace) comes at the end. Either way the traces,
+    counts and rejects are `parse`'s."""
+    lines = evaluation_output(30)
+    read = []
+    result = ParseResult()
+    handed_out = [
+        (trace, len(read)) for trace in openhands.stream(counted(lines, read), "output.jsonl", result)
+    ]
+    whole = openhands.parse(counted(lines, []), "output.jsonl")
+    assert [trace_rows(t) for t, _ in handed_out] == [trace_rows(t) for t in whole.traces]
+    assert [when for _, when in handed_out] == [n for n in range(1, 32) if n != 16]  # as its line is read
+    assert (result.records, [r.line for r in result.rejects]) == (31, [16]) == (whole.records, [16])
+    events = [json.dumps(event) for event in json.loads(lines[0])["history"]]
+    read.clear()
+    (trajectory,) = openhands.stream(counted(events, read), "trajectory.json", ParseResult())
+    assert len(read) == len(events) and trace_rows(trajectory) == trace_rows(
+        openhands.parse(counted(events, []), "trajectory.json").traces[0]
+    )
+
+
+def test_openhands_evaluation_output_written_in_parts_gives_the_store_a_whole_read_gives(
+    tmp_path, monkeypatch
+):
+    folder = tmp_path / "eval"
+    folder.mkdir()
+    (folder / "output.jsonl").write_text("\n".join(evaluation_output(40)) + "\n")
+    whole = ingest(tmp_path / "whole.duckdb", [folder])
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 4096)
+    in_parts(monkeypatch, rows=50)
+    streamed = []
+    real_stream = openhands.stream
+    monkeypatch.setattr(
+        openhands, "stream", lambda *args, **kwargs: streamed.append(1) or real_stream(*args, **kwargs)
+    )
+    parts_written = []
+    real_part_rows = writer.part_rows
+    monkeypatch.setattr(
+        writer, "part_rows", lambda con, *rest: parts_written.append(1) or real_part_rows(con, *rest)
+    )
+    split = ingest(tmp_path / "parts.duckdb", [folder])
+    assert streamed and len(parts_written) > 3
+    assert split.totals() == whole.totals() and whole.totals()["traces"] == 40
+    assert snapshot(tmp_path / "parts.duckdb") == snapshot(tmp_path / "whole.duckdb")
 
 
 def weather_run(n: int, cities: int) -> OpenAILoop:

@@ -34,7 +34,7 @@ from traceforge.model import ParseResult, Reject, Trace
 from traceforge.workers import worker_count
 
 # A file this big (decompressed) whose traces are held until it is all read (a JSON document other
-# than an array of records, or a format without `stream`: agent frameworks' own logs) takes more
+# than an array of records, or a format without `stream`: most agent frameworks' own logs) takes more
 # than its size in memory: the user is told to split it (docs/ingest.md#big-files).
 BIG_FILE_BYTES = 1 << 30
 # Files are written together until a batch holds about this many rows, or this many bytes of rows
@@ -230,10 +230,11 @@ def big_files(
     """The files of at least `BIG_FILE_BYTES` (of `content_sizes`) whose traces are held whole while
     they are parsed, with that size and whether they are gzip files. A big file is written in parts
     (`traceforge.ingest.parts`), but only an adapter that can `stream` it hands out its traces as it
-    reads; for the others (agent frameworks' own logs) the file's traces are all in memory at
-    once (`adapter`: the format forced, else detected from the file's first records). A Responses
-    API log that its first pass finds it cannot stream (`openai_responses.stream`) is held whole
-    too, but is not named: that is only known once the file has been read."""
+    reads; for the others (agent frameworks' own logs, but OpenHands evaluation output) the file's
+    traces are all in memory at once (`adapter`: the format forced, else detected from the file's
+    first records). A Responses API log that its first pass finds it cannot stream
+    (`openai_responses.stream`) is held whole too, but is not named: that is only known once the
+    file has been read."""
     return [
         (path, size, compressed)
         for path, (size, compressed) in sizes.items()

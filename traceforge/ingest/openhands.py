@@ -25,7 +25,7 @@ recorder's UTC offset is inferred from it and the times corrected, else they are
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -106,15 +106,29 @@ def sniff(sample: list[Record]) -> float:
 
 def parse(records: Iterable[Record], source_path: str) -> ParseResult:
     result = ParseResult()
-    stream: list[tuple[int, dict]] = []
+    result.traces.extend(stream(records, source_path, result))
+    return result
+
+
+def stream(
+    records: Iterable[Record],
+    source_path: str,
+    result: ParseResult,
+    on_first_pass: Callable[[int], None] | None = None,
+) -> Iterator[Trace]:
+    """`parse`'s traces one by one: a line of evaluation output as soon as it is read, so that a big
+    `output.jsonl` (a benchmark run's every instance) is not held whole (`traceforge.ingest.parts`);
+    a trajectory's events, one trace, at the end of the file. Read once: `on_first_pass` is not
+    called."""
+    events: list[tuple[int, dict]] = []
     stem = Path(source_path).stem
     for record in records:
         result.records += 1
         value = record.value
         if is_event(value):
-            stream.append((record.line, value))
+            events.append((record.line, value))
         elif isinstance(value, dict) and isinstance(value.get("history"), list):
-            result.traces.append(_evaluation_trace(record, value, stem))
+            yield _evaluation_trace(record, value, stem)
         else:
             result.rejects.append(
                 Reject(
@@ -124,14 +138,13 @@ def parse(records: Iterable[Record], source_path: str) -> ParseResult:
                     record.raw or to_json(value),
                 )
             )
-    if stream:
+    if events:
         builder = _StreamBuilder(skip=result.skip)
-        for _, event in stream:
+        for _, event in events:
             builder.add(event)
-        trace = builder.finish(f"{AGENT}/{stem}", stream[0][0])
+        trace = builder.finish(f"{AGENT}/{stem}", events[0][0])
         if trace is not None:
-            result.traces.append(trace)
-    return result
+            yield trace
 
 
 def _evaluation_trace(record: Record, value: dict, stem: str) -> Trace:

@@ -5,12 +5,12 @@ written as they come, in parts of about `PART_ROWS` rows, each part in its own t
 holds the rows a transaction adds in memory until it commits (measured: a 1 GB insert in one
 transaction grew the process by about its size, committed in parts it stayed under 0.9 GB at a
 512 MB limit), so one transaction per file would hold the whole file again. An adapter that can
-hand out traces as it reads them (`stream`: transcripts, one conversation per record; a gateway or
-Responses API log, an OTel, Langfuse or LangSmith export, read twice to learn where each
-conversation or trace ends; in JSON Lines, as one JSON array or as a CSV table, all read in
-chunks) keeps only the part being written and what is still going on; the others (agent
-frameworks' own logs, JSON documents other than arrays of records) are parsed whole first, and only
-their rows are built and written in parts.
+hand out traces as it reads them (`stream`: transcripts, one conversation per record, and OpenHands
+evaluation output, one run per record; a gateway or Responses API log, an OTel, Langfuse or
+LangSmith export, read twice to learn where each conversation or trace ends; in JSON Lines, as one
+JSON array or as a CSV table, all read in chunks) keeps only the part being written and what is
+still going on; the others (other agent frameworks' own logs, JSON documents other than arrays of
+records) are parsed whole first, and only their rows are built and written in parts.
 
 While the parts are written, the file's `sources` row says so (`INTERRUPTED`): a run that stops half
 way (killed, out of disk, Ctrl-C) leaves that row with the parts written so far, and the next ingest
