@@ -340,6 +340,18 @@ def test_a_big_json_array_that_breaks_off_fails_with_where(tmp_path, monkeypatch
     )
 
 
+@pytest.mark.parametrize("kind", ["array", "csv"])
+def test_a_file_in_one_chunk_is_read_whole_and_parsed_in_one_pass(tmp_path, kind):
+    """Only a file of more than a chunk is worth reading in chunks; a smaller one is read whole,
+    without probing its content further, and an adapter that reads big files twice parses it once."""
+    path = tmp_path / f"small.{kind}"
+    elements = ",\n".join(json.dumps({"n": n}) for n in range(50))
+    path.write_text(f"[\n{elements}\n]\n" if kind == "array" else _messy_csv(20))
+    records, _, streamed = _streamed(path)
+    assert not streamed and len(records) >= 18
+    assert not stream.streams_in_chunks(path) and stream.first_pass(str(path)) is None
+
+
 def test_json_lines_of_arrays_with_a_first_line_longer_than_a_chunk_are_read_as_lines(tmp_path, monkeypatch):
     """A first line longer than the chunk could be a JSON array written on one line: what follows
     the line tells. Lines of bare message lists (a transcript format) stay lines, not an array's

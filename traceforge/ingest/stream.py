@@ -246,10 +246,10 @@ LINES, ARRAY, CSV, WHOLE = "lines", "array", "csv", "whole"
 
 
 def _first_chunk(stream: BinaryIO) -> tuple[bytes, str]:
-    """The content's first chunk and how a file of more than one is read: as JSON Lines (`LINES`,
-    the chunk extended to the end of its last line), as a JSON array of records (`ARRAY`, the chunk
-    as read), as a CSV table (`CSV`, read again from its start), or `WHOLE`: what
-    `sources.read_records` would make of the first chunk.
+    """The content's first chunk and how the file is read: as JSON Lines (`LINES`, the chunk
+    extended to the end of its last line), or, when it is more than a chunk, as a JSON array of
+    records (`ARRAY`, the chunk as read) or a CSV table (`CSV`, read again from its start); else
+    `WHOLE`. Each is what `sources.read_records` would make of the first chunk.
 
     A first line longer than the chunk is either a JSON document written on one line or a long
     first line of JSON Lines; only the rest of the content tells them apart, so it is read up to
@@ -264,6 +264,8 @@ def _first_chunk(stream: BinaryIO) -> tuple[bytes, str]:
         chunk += _read(stream, -1, line=True)
     if _starts_with_json_line(chunk):
         return chunk, LINES
+    if len(chunk) < CHUNK_BYTES:
+        return chunk, WHOLE  # the whole content, read whole whatever it holds
     if _opens_array(chunk) and not _is_json(chunk.split(b"\n", 1)[0]):
         return chunk, ARRAY
     if _opens_csv(chunk):
@@ -355,10 +357,12 @@ def _opens_csv(chunk: bytes) -> bool:
         text = codecs.utf_8_decode(data[: data.rfind(b"\n") + 1], "strict", True)[0]
     except UnicodeDecodeError:
         return False
+    rows = csv_table(io.StringIO(text, newline=""))  # first: a JSON document fails at its header
+    if rows is None:
+        return False
     if any(line.lstrip().startswith(("{", "[")) and _is_json(line.encode()) for line in text.splitlines()):
         return False
-    rows = csv_table(io.StringIO(text, newline=""))
-    return rows is not None and any(isinstance(row, Record) for row in rows)
+    return any(isinstance(row, Record) for row in rows)
 
 
 def _lines_in(chunk: bytes) -> int:
