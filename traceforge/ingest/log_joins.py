@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import networkx as nx
 
 from traceforge.ingest import api_log, openai_responses
 from traceforge.ingest.joins import (
@@ -197,6 +196,8 @@ def _recount_logged_again(con: duckdb.DuckDBPyConnection, paths: list[str]) -> N
 
 
 def _families(con: duckdb.DuckDBPyConnection, replaced: Sequence[str]) -> list[_Family]:
+    import networkx as nx  # here, not above: every parsing worker imports this package, never joins
+
     graph = nx.Graph()
     graph.add_edges_from(con.execute(_CONTINUATIONS).fetchall())
     if replaced:
@@ -328,6 +329,8 @@ def _in_log_order(calls: list[_Call]) -> list[_Call]:
     """Calls from several files in the order one log holding them all would give: each file's calls
     in its order; a call after every call it continues; otherwise by start time, then file and line
     (a log without times: file by file)."""
+    import networkx as nx  # as in `_families`
+
     givers: dict[Hashable, list[int]] = defaultdict(list)
     for k, call in enumerate(calls):
         for state in call.gives:
