@@ -13,6 +13,11 @@ ingested into a store:
 - every edge points forward: from an earlier turn to a later one, never within a turn;
 - no call moves across a user message in the parallel schedule, and every edge is respected by it;
 - adding an unrelated call anywhere never removes a dependency between the other calls.
+
+Reading in chunks (`traceforge.ingest.stream`): any JSON array of records, laid out any way, and any
+CSV table (cells with commas, quotes and line breaks, rows that do not fit), cut into chunks of any
+size, plain or gzip, gives what a whole read gives: the same records and rejects, or the same
+reason the file is not records.
 """
 
 from __future__ import annotations
@@ -311,3 +316,96 @@ def test_the_split_tokeniser_gives_the_regular_expression_s_tokens(text):
     expected = [deps.canonical(t) if "." in t else t for t in deps._TOKEN.findall(folded)]
     assert deps.tokens(text) == expected
     assert deps.token_set(text) == set(expected)
+
+
+# --- reading in chunks ---------------------------------------------------------------------------
+
+_JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**20), max_value=10**20)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+_RECORDS = st.lists(
+    st.dictionaries(st.text(max_size=6), _JSON_VALUES, max_size=5) | st.lists(_JSON_VALUES, max_size=4),
+    min_size=1,
+    max_size=40,
+)
+
+
+def _read_both(data: bytes, name: str, chunk: int, compressed: bool) -> tuple[tuple, tuple]:
+    """What `stream.open_records` gives in chunks of `chunk` bytes, and what a whole read gives:
+    the records and rejects, or why the file as a whole is not records."""
+    import gzip
+    import tempfile
+
+    from traceforge.ingest import stream
+    from traceforge.ingest.sources import SourceError, SourceFile, read_records
+
+    def outcome(read) -> tuple:
+        rejects: list = []
+        try:
+            records = [(r.line, r.value, r.raw) for r in read(rejects)]
+        except SourceError as exc:
+            return ("failed", str(exc))
+        return records, [(r.line, r.error, r.raw) for r in rejects]
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / name
+        path.write_bytes(gzip.compress(data) if compressed else data)
+        saved, stream.CHUNK_BYTES = stream.CHUNK_BYTES, chunk
+        try:
+            streamed = outcome(lambda rejects: stream.open_records(path, rejects).records)
+        finally:
+            stream.CHUNK_BYTES = saved
+    whole = outcome(lambda rejects: read_records(SourceFile(path, data, "", len(data), False), rejects))
+    return streamed, whole
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    records=_RECORDS,
+    separator=st.sampled_from([",", ",\n", ", ", ",\r\n", "\n,\t"]),
+    indent=st.sampled_from([None, 1, 2]),
+    ensure_ascii=st.booleans(),
+    chunk=st.sampled_from([48, 128, 700]),
+    compressed=st.booleans(),
+)
+def test_any_json_array_read_in_chunks_gives_what_a_whole_read_gives(
+    records, separator, indent, ensure_ascii, chunk, compressed
+):
+    """Elements cut anywhere by the chunks (inside strings, escapes, numbers, multi-byte
+    characters), laid out any way, give the same records, element numbers and rejects."""
+    elements = [json.dumps(r, indent=indent, ensure_ascii=ensure_ascii) for r in records]
+    data = ("[\n" + separator.join(elements) + "\n]\n").encode()
+    streamed, whole = _read_both(data, "export.json", chunk, compressed)
+    assert streamed == whole
+
+
+_CELLS = st.text(st.sampled_from([*'ab é,"\n\r\t;x1']), max_size=15)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    rows=st.lists(st.lists(_CELLS, min_size=2, max_size=4), min_size=1, max_size=40),
+    line_end=st.sampled_from(["\n", "\r\n"]),
+    chunk=st.sampled_from([48, 128, 700]),
+    compressed=st.booleans(),
+)
+def test_any_csv_table_read_in_chunks_gives_what_a_whole_read_gives(rows, line_end, chunk, compressed):
+    """Cells holding commas, quotes and line breaks, rows of any length (those that do not fit the
+    header rejected): the same records, raw text, lines and rejects."""
+    import csv
+    import io
+
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator=line_end)
+    writer.writerow(["id", "input", "output"])
+    writer.writerows(rows)
+    streamed, whole = _read_both(out.getvalue().encode(), "export.csv", chunk, compressed)
+    assert streamed == whole

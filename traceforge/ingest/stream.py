@@ -346,10 +346,10 @@ _WHITESPACE = re.compile(r"[ \t\n\r]*")  # JSON's white space
 
 def _opens_csv(chunk: bytes) -> bool:
     """Whether the content opens as a CSV table (`sources.csv_table`) that a whole read would take
-    as one: UTF-8, a header row with a row that fits it, and no line of the chunk a JSON object or
-    array (a whole read takes content holding one as JSON Lines whose other lines are bad). The one
-    difference left: a table holding such a line only after its first chunk is read as a table,
-    where a whole read would keep that line alone and reject the rest."""
+    as one: UTF-8, a header row with a whole row after it that fits it, and no line of the chunk a
+    JSON object or array (a whole read takes content holding one as JSON Lines whose other lines
+    are bad). The one difference left: a table holding such a line only after its first chunk is
+    read as a table, where a whole read would keep that line alone and reject the rest."""
     data = chunk.removeprefix(UTF8_BOM)
     if data.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in data[:4096]:
         return False
@@ -362,7 +362,8 @@ def _opens_csv(chunk: bytes) -> bool:
         return False
     if any(line.lstrip().startswith(("{", "[")) and _is_json(line.encode()) for line in text.splitlines()):
         return False
-    return any(isinstance(row, Record) for row in rows)
+    # the chunk's last row may be cut inside a quoted cell, and fit the header only as cut
+    return any(isinstance(row, Record) for row in list(rows)[:-1])
 
 
 def _lines_in(chunk: bytes) -> int:
