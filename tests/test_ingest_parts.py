@@ -596,23 +596,80 @@ def test_the_recorded_responses_logs_read_twice_give_parse_s_traces(tmp_path, fi
     assert len(handed_out) == len(whole.traces) >= 2 and result.rejects
 
 
-@pytest.mark.parametrize("kind", ["item reference", "instructions changed", "continues a later call"])
-def test_a_responses_log_a_first_pass_cannot_order_is_parsed_whole(tmp_path, kind):
-    """Where the first pass cannot stand for `parse` (an item named by id, whose item it did not
-    keep; instructions changed along a conversation, whose earlier items it did not keep; a call
-    continuing a response made after it), the file is parsed whole, and gives `parse`'s traces."""
+def responses_log_held_whole(kind: str | None) -> list[dict]:
+    """A Responses API log whose first pass cannot stand for `parse`, for the reason `kind` (None:
+    one whose first pass can)."""
     records = responses_run(1, cities=3, start=0) + responses_run(2, cities=2, start=1)
     if kind == "item reference":
         records[1]["request"]["input"].append({"type": "item_reference", "id": "fc_earlier"})
     elif kind == "instructions changed":
         records[2]["request"]["instructions"] = "You are a terse weather assistant."
-    else:
+    elif kind == "continues a later call":
         records[1]["start_time"] = "2025-10-08T09:00:00Z"  # a clock that went wrong
-    records = in_completion_order(records)
+    return in_completion_order(records)
+
+
+@pytest.mark.parametrize(
+    "kind, why",
+    [
+        ("item reference", openai_responses.ITEM_REFERENCED),
+        ("instructions changed", openai_responses.INSTRUCTIONS_CHANGED),
+        ("continues a later call", openai_responses.CONTINUES_A_LATER_CALL),
+    ],
+)
+def test_a_responses_log_a_first_pass_cannot_order_is_parsed_whole(tmp_path, kind, why):
+    """Where the first pass cannot stand for `parse` (an item named by id, whose item it did not
+    keep; instructions changed along a conversation, whose earlier items it did not keep; a call
+    continuing a response made after it), the file is parsed whole, and gives `parse`'s traces;
+    the result says why."""
+    records = responses_log_held_whole(kind)
     lines = [json.dumps(record) for record in records]
-    assert openai_responses.plan(counted(lines, [])) is None
+    assert openai_responses.plan(counted(lines, [])) == stream.HeldWhole(why)
     handed_out, result, whole = streamed_and_parsed(openai_responses, records, tmp_path / "responses.jsonl")
     assert len(handed_out) == len(whole.traces) >= 2 and result.records == len(records)
+    assert result.held_whole == why and whole.held_whole is None
+
+
+def test_a_big_responses_log_held_whole_after_its_first_pass_is_named_before_it_is_parsed(
+    tmp_path, runner, monkeypatch
+):
+    """A big file is named before it is read when its format holds its traces; a Responses API log
+    is found to only once it has been read a first time: it is named then, with why, before it is
+    parsed whole and written."""
+    in_parts(monkeypatch, rows=10)
+    monkeypatch.setattr(ingest_module, "BIG_FILE_BYTES", 1000)
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 4096)  # files of more than a chunk are streamed
+    path = write_jsonl(tmp_path / "responses.jsonl", responses_log_held_whole("item reference"))
+    events = []
+    real_part_rows, real_parse = writer.part_rows, openai_responses.parse
+    monkeypatch.setattr(writer, "part_rows", lambda *args: events.append("part") or real_part_rows(*args))
+
+    def parse(records, source_path):
+        def parsed_one_by_one():
+            for number, record in enumerate(records):
+                if number == 0:
+                    events.append("parse")
+                yield record
+
+        return real_parse(parsed_one_by_one(), source_path)
+
+    monkeypatch.setattr(openai_responses, "parse", parse)
+    con = store.connect(tmp_path / "s.duckdb")
+    ingest_paths(con, [path], on_big_file=lambda *args: events.append(args))
+    con.close()
+    assert events[0] == (path, path.stat().st_size, False, openai_responses.ITEM_REFERENCED)
+    assert events[1] == "parse"  # told once, before the file's first record is parsed whole
+    assert events[2:] == ["part"] * (len(events) - 2) and len(events) > 3
+
+    plain = write_jsonl(tmp_path / "plain" / "responses.jsonl", responses_log_held_whole(None))
+    result = runner.invoke(cli, ["ingest", str(path), str(plain), "--db", str(tmp_path / "cli.duckdb")])
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.stderr.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and notes[0].startswith(
+        f"note: {path} holds {path.stat().st_size / 1000:.1f}kB of data. Its first reading found a "
+        "request naming an earlier item by id (item_reference), so its traces are all held in "
+        "memory until the whole file is read"
+    )
 
 
 @pytest.mark.parametrize("log", ["chat completions", "responses"])

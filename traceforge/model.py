@@ -121,6 +121,9 @@ class ParseResult:
     records: int = 0  # records read from the file
     skipped: dict[str, int] = field(default_factory=dict)  # records skipped by rule, by kind
     described: list[str] = field(default_factory=list)  # ids of traces described here, their data elsewhere
+    # Why an adapter that hands a big file's traces out as it reads them parsed this one whole
+    # instead, holding its traces until it was read (`stream.HeldWhole`); set before it parses it.
+    held_whole: str | None = None
 
     def skip(self, kind: str, n: int = 1) -> None:
         self.skipped[kind] = self.skipped.get(kind, 0) + n

@@ -15,6 +15,7 @@ bytes changed replaces what it gave before.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -89,7 +90,7 @@ class IngestReport:
 
 
 ProgressCallback = Callable[[Path, int, int], None]
-BigFileCallback = Callable[[Path, int, bool], None]
+BigFileCallback = Callable[[Path, int, bool, str | None], None]
 PartCallback = Callable[[Path, int, int], None]
 
 
@@ -106,8 +107,11 @@ def ingest_paths(
 
     `fmt` forces an adapter by name (see `traceforge.ingest.detect.formats()`); "auto" detects it
     per file. `on_file(path, index, total)` is called as each file is taken up, for progress display;
-    `on_big_file(path, size, compressed)` before any is read, for each new or changed file of at
-    least `BIG_FILE_BYTES` decompressed (see `big_files`); `on_part(path, read, size)` as a file
+    `on_big_file(path, size, compressed, None)` before any is read, for each new or changed file of
+    at least `BIG_FILE_BYTES` decompressed (see `big_files`), and `on_big_file(path, size,
+    compressed, why)` for such a file whose adapter finds, once it has read it a first time, that
+    it must hold its traces after all (`ParseResult.held_whole`), before it does; `on_part(path,
+    read, size)` as a file
     written in parts (`traceforge.ingest.parts`) is read (after each part, and every
     `PROGRESS_TRACES` traces), with the bytes of it read so far out of those to read: its size on
     disk, or twice that for a file read twice (a gateway or Responses API log; an OTel, Langfuse or
@@ -134,7 +138,7 @@ def ingest_paths(
     in_parts = {str(path) for path, (size, _) in sizes.items() if size >= parts.PARTS_MIN_BYTES}
     if on_big_file:
         for path, size, compressed in big_files(sizes, adapter):
-            on_big_file(path, size, compressed)
+            on_big_file(path, size, compressed, None)
     count = _worker_count(workers, files)
     if count > 1:
         spool = parallel.spool_parent(con)
@@ -173,7 +177,7 @@ def ingest_paths(
             if batch:  # files are written in their order
                 write_batch()
             file_report, joins = _ingest_in_parts(
-                con, path, sha, adapter, key in replaces, key in known, on_part
+                con, path, sha, adapter, key in replaces, key in known, on_part, on_big_file
             )
             report.add_joins(joins)
             report.files.append(file_report)
@@ -233,8 +237,8 @@ def big_files(
     reads; for the others (agent frameworks' own logs, but OpenHands evaluation output) the file's
     traces are all in memory at once (`adapter`: the format forced, else detected from the file's
     first records). A Responses API log that its first pass finds it cannot stream
-    (`openai_responses.stream`) is held whole too, but is not named: that is only known once the
-    file has been read."""
+    (`openai_responses.stream`) is held whole too, but is not among these: that is only known once
+    the file has been read, and `ingest_paths` names it then."""
     return [
         (path, size, compressed)
         for path, (size, compressed) in sizes.items()
@@ -388,10 +392,12 @@ def _ingest_in_parts(
     replaces: bool,
     changed: bool,
     on_part: PartCallback | None = None,
+    on_big_file: BigFileCallback | None = None,
 ) -> tuple[FileReport, JoinReport]:
     """Parse a big file here and write it in parts as its traces come (`traceforge.ingest.parts`).
     `replaces`: the store holds rows of the file (`changed`: a version of it with other content; else
-    the parts of a run that stopped in it)."""
+    the parts of a run that stopped in it). `on_big_file` is told if the adapter holds the file's
+    traces after all (see `ingest_paths`)."""
     opened = _open_file(path, sha, adapter)
     parsed = opened.parsed
     parsed.replaces = changed
@@ -407,7 +413,11 @@ def _ingest_in_parts(
             on_part(path, read, 2 * parsed.size)
 
     if _hands_out_traces(chosen, opened.sample):
-        traces = chosen.stream(opened.records, parsed.path, parsed.result, on_first_pass=first_progress)
+        records = opened.records
+        if on_big_file and (content := content_size(path))[0] >= BIG_FILE_BYTES:
+            tell = functools.partial(on_big_file, path, *content)
+            records = _telling_held_whole(records, parsed.result, tell)
+        traces = chosen.stream(records, parsed.path, parsed.result, on_first_pass=first_progress)
     else:
         traces = _parsed_whole(chosen, opened.records, parsed)
 
@@ -421,6 +431,20 @@ def _ingest_in_parts(
         traces = calling_every(traces, PROGRESS_TRACES, progress)
     parsed, written, joins = parts.write_in_parts(con, parsed, traces, opened.rejects, replaces, progress)
     return _file_report(parsed, written), joins
+
+
+def _telling_held_whole(
+    records: Iterator[Record], result: ParseResult, tell: Callable[[str], None]
+) -> Iterator[Record]:
+    """`records`, calling `tell(why)` once the adapter reading them says it holds the file's traces
+    after all (`result.held_whole`, set after its first pass): at its next record, before it has
+    parsed the file, which it does as it reads."""
+    told = False
+    for record in records:
+        if not told and result.held_whole is not None:
+            tell(result.held_whole)
+            told = True
+        yield record
 
 
 def _parsed_whole(adapter: ModuleType, records: Iterator[Record], parsed: ParsedFile) -> Iterator[Trace]:

@@ -24,7 +24,6 @@ records with different conversation ids apart.
 from __future__ import annotations
 
 import copy
-import functools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -32,7 +31,7 @@ from typing import Any, TypeVar
 
 from traceforge.ingest import api_log, grouping
 from traceforge.ingest.sources import Record, SourceError
-from traceforge.ingest.stream import FILE_CHANGED, read_twice
+from traceforge.ingest.stream import FILE_CHANGED, HeldWhole, read_twice
 from traceforge.ingest.values import as_id, as_int, as_str, dig, first, json_text, parse_arguments, text_of
 from traceforge.model import LlmCall, Message, ParseResult, Reject, ToolDef, Trace
 
@@ -609,8 +608,7 @@ def stream(
     `parse` (an item referenced by id, instructions changed along a conversation, a call that
     continues a response made after it), the file is parsed whole.
     """
-    hand_out = functools.partial(_as_planned, source_path=source_path)
-    return read_twice(records, source_path, result, on_first_pass, parse, plan, hand_out)
+    return read_twice(records, source_path, result, on_first_pass, parse, plan, _as_planned)
 
 
 @dataclass(slots=True)
@@ -649,8 +647,14 @@ class ResponsesPlan:
     thread_until: dict[str, int] = field(default_factory=dict)
 
 
-def plan(records: Iterable[Record]) -> ResponsesPlan | None:
-    """A log's `ResponsesPlan`, or None where its traces cannot be built as they end (see `stream`).
+# Why a Responses API log's first pass cannot stand for the whole file (`plan`).
+ITEM_REFERENCED = "a request naming an earlier item by id (item_reference)"
+INSTRUCTIONS_CHANGED = "instructions that change along a conversation"
+CONTINUES_A_LATER_CALL = "a call that continues a response made after it (a clock gone wrong?)"
+
+
+def plan(records: Iterable[Record]) -> ResponsesPlan | HeldWhole:
+    """A log's `ResponsesPlan`, or why its traces cannot be built as they end (see `stream`).
 
     The calls are hashed in the file's order, each continuing the call met before it that `parse`
     would find; then chained in the order `parse` takes them, where each must continue the same
@@ -664,14 +668,14 @@ def plan(records: Iterable[Record]) -> ResponsesPlan | None:
     kept: list[_Planned] = []
     for record in records:
         if _references_items(record.value):
-            return None
+            return HeldWhole(ITEM_REFERENCED)
         item = logged(record, None, repeats)
         if isinstance(item, Reject) or once.again(item.exchange, by_content=False):
             continue
         before = continued(item.previous_id, item.conversation_id, history, threads)
         said = Said(before.said if before else None, [*item.input, *item.output])
         if not _hash(item, said, systems):
-            return None
+            return HeldWhole(INSTRUCTIONS_CHANGED)
         said.messages = None
         exchange = item.exchange
         planned = _Planned(
@@ -706,9 +710,9 @@ def _references_items(value: object) -> bool:
     )
 
 
-def _chained(kept: list[_Planned]) -> ResponsesPlan | None:
-    """The plan of the first pass's calls, taken in `parse`'s order (`_order`), or None where a
-    call would continue another call there than in the file's order."""
+def _chained(kept: list[_Planned]) -> ResponsesPlan | HeldWhole:
+    """The plan of the first pass's calls, taken in `parse`'s order (`_order`), unless a call
+    would continue another call there than in the file's order."""
     ordered = kept
     if all(planned.started for planned in kept):
         ordered = sorted(kept, key=lambda planned: (planned.started or datetime.min, planned.line))
@@ -723,7 +727,7 @@ def _chained(kept: list[_Planned]) -> ResponsesPlan | None:
         elif planned.previous_id:
             found.response_until[planned.previous_id] = index
         if before is not planned.before:
-            return None
+            return HeldWhole(CONTINUES_A_LATER_CALL)
         planner.add(
             planned.line,
             planned.key,
@@ -741,14 +745,9 @@ def _chained(kept: list[_Planned]) -> ResponsesPlan | None:
     return found
 
 
-def _as_planned(
-    records: Iterable[Record], found: ResponsesPlan | None, result: ParseResult, source_path: str
-) -> Iterator[Trace]:
+def _as_planned(records: Iterable[Record], found: ResponsesPlan, result: ParseResult) -> Iterator[Trace]:
     """The second pass: the calls converted again, taken in the plan's order (a call read before
     its turn waits for it), each conversation's trace built at its last call."""
-    if found is None:
-        yield from parse(records, source_path).drain_into(result)
-        return
     conversations = api_log.Conversations(rejoinable=True, plan=found.log)
     lines = found.log.lines
     once = api_log.LoggedOnce()

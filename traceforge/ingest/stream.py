@@ -171,25 +171,37 @@ def first_pass(source_path: str, on_read: Callable[[int], None] | None = None) -
     return opened.records if on_read is None else _reporting(opened, on_read)
 
 
+@dataclass(frozen=True)
+class HeldWhole:
+    """What a first pass learns when it cannot stand for the whole file (`read_twice`): why. The
+    file is then parsed whole, its traces held until it is read."""
+
+    why: str
+
+
 def read_twice(
     records: Iterable[Record],
     source_path: str,
     result: ParseResult,
     on_first_pass: Callable[[int], None] | None,
     parse: Callable[[Iterable[Record], str], ParseResult],
-    learn: Callable[[Iterator[Record]], Learned],
+    learn: Callable[[Iterator[Record]], Learned | HeldWhole],
     hand_out: Callable[[Iterable[Record], Learned, ParseResult], Iterator[Trace]],
 ) -> Iterator[Trace]:
     """The `stream` of an adapter that must read a big file once before it can hand out any trace:
     `learn` reads the first pass (`first_pass`) for what the second needs (where each trace ends),
     then `hand_out` reads `records` with it, counting into `result`. A file that `open_records`
-    read whole is parsed whole by `parse`, and its traces handed out after
-    (`ParseResult.drain_into`)."""
+    reads whole, or whose first pass cannot stand for it (`learn` gives a `HeldWhole`, whose reason
+    goes to `result.held_whole` before the file is parsed), is parsed whole by `parse`, and its
+    traces handed out after (`ParseResult.drain_into`)."""
     first = first_pass(source_path, on_first_pass)
-    if first is None:
+    learned = None if first is None else learn(first)
+    if isinstance(learned, HeldWhole):
+        result.held_whole = learned.why
+    if first is None or isinstance(learned, HeldWhole):
         yield from parse(records, source_path).drain_into(result)
         return
-    yield from hand_out(records, learn(first), result)
+    yield from hand_out(records, learned, result)
 
 
 def last_lines(records: Iterable[Record], trace_ids: Callable[[Record], Iterable[str]]) -> dict[str, int]:

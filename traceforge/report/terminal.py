@@ -49,15 +49,19 @@ def display_path(path: str) -> str:
     return relative if len(relative) <= len(path) else path
 
 
-def render_big_file(console: Console, path: Path, size: int, compressed: bool) -> None:
-    """What to do about a big file whose traces are held until it is all read (`ingest.big_files`):
-    split it. The parts give the same traces, since traces spread over files are joined."""
+def render_big_file(
+    console: Console, path: Path, size: int, compressed: bool, why: str | None = None
+) -> None:
+    """What to do about a big file whose traces are held until it is all read (`ingest.big_files`;
+    or, `why`, found so once its adapter has read it a first time): split it. The parts give the
+    same traces, since traces spread over files are joined."""
     shown = display_path(str(path))
     quoted = shlex.quote(shown)  # the command is pasted into a shell: a path with spaces stays one
     split = f"split -C 64m -d --additional-suffix=.jsonl {'- ' if compressed else ''}"
     command = f"zcat {quoted} | {split}parts/part-" if compressed else f"{split}{quoted} parts/part-"
+    held = f"Its first reading found {why}, so its traces" if why else "Its traces"
     console.print(
-        f"[yellow]note:[/] {shown} holds {human(size)}B of data. Its traces are all held in memory "
+        f"[yellow]note:[/] {shown} holds {human(size)}B of data. {held} are all held in memory "
         f"until the whole file is read, which can take more than its size. If it is JSON Lines, split "
         f"it into files of about 64 MB and ingest those instead, to bound memory and use every core "
         f"(mkdir parts && {command}): the traces spread over the parts are joined, so the store holds "
