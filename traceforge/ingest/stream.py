@@ -140,8 +140,9 @@ def open_records(
 
 
 def streams_in_chunks(path: Path) -> bool:
-    """Whether `open_records` reads `path` in chunks when it is more than one: JSON Lines, or a JSON
-    array of objects or arrays (decided from its first chunk, as `open_records` decides)."""
+    """Whether `open_records` reads `path` in chunks: JSON Lines, or, bigger than a chunk, a JSON
+    array of objects or arrays or a CSV table (decided from its first chunk, as `open_records`
+    decides)."""
     try:
         with open(path, "rb") as handle:
             compressed = handle.read(2) == GZIP_MAGIC
@@ -160,10 +161,9 @@ PROGRESS_RECORDS = 2048  # how often `first_pass` reports how far it has read
 def first_pass(source_path: str, on_read: Callable[[int], None] | None = None) -> Iterator[Record] | None:
     """A big file's records read once more, for an adapter that must see them all before it can
     hand out any trace (where a conversation ends, which record holds a trace's last span), or None
-    for a file that is neither JSON Lines nor a JSON array of records (`streams_in_chunks`): read
-    whole, it is parsed whole. Lines that are not JSON are skipped here; the second reading rejects
-    them. `on_read(bytes)` is told, every few thousand
-    records and at the end, how many of the file's bytes on disk this reading has read."""
+    for a file `open_records` reads whole (`streams_in_chunks`): it is parsed whole. Lines that are
+    not JSON are skipped here; the second reading rejects them. `on_read(bytes)` is told, every few
+    thousand records and at the end, how many of the file's bytes on disk this reading has read."""
     path = Path(source_path)
     if not streams_in_chunks(path):
         return None
@@ -253,7 +253,7 @@ def _read(stream: BinaryIO, size: int, line: bool = False) -> bytes:
         raise _gzip_error(exc) from exc
 
 
-# How `open_records` reads a file of more than a chunk (`_first_chunk`).
+# How `open_records` reads a file (`_first_chunk`).
 LINES, ARRAY, CSV, WHOLE = "lines", "array", "csv", "whole"
 
 
