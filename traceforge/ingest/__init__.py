@@ -261,8 +261,12 @@ def _streams(path: Path, adapter: ModuleType | None) -> bool:
 
 
 def _hands_out_traces(adapter: ModuleType | None, sample: list[Record]) -> bool:
-    """Whether `adapter` can `stream` the file these first records open (detect.py's protocol)."""
-    return hasattr(adapter, "stream") and bool(sample)
+    """Whether `adapter` can `stream` the file these first records open, handing its traces out
+    as it reads them (detect.py's protocol: `stream`, and `hands_out` where only some shapes do)."""
+    if not hasattr(adapter, "stream") or not sample:
+        return False
+    hands_out = getattr(adapter, "hands_out", None)
+    return hands_out is None or hands_out(sample)
 
 
 def _resolve_adapter(fmt: str) -> ModuleType | None:

@@ -8,7 +8,9 @@ An adapter that can hand out a file's traces as it reads them (so that a big fil
 whole: `traceforge.ingest.parts`) also has `stream(records, source_path, result, on_first_pass)
 -> Iterator[Trace]` (`parse`'s traces one by one, its counts and rejects added to `result` as they
 come). One that reads the file a first time before it can hand out any trace (`stream.read_twice`)
-tells `on_first_pass(bytes)` how far that reading has got.
+tells `on_first_pass(bytes)` how far that reading has got. One whose `stream` hands traces out as it
+reads for some shapes of file only also has `hands_out(sample) -> bool`, saying which a file is
+from its first records (a big file of the other shapes is named as held whole).
 """
 
 from __future__ import annotations

@@ -104,6 +104,12 @@ def sniff(sample: list[Record]) -> float:
     return 0.0
 
 
+def hands_out(sample: list[Record]) -> bool:
+    """Whether `stream` hands a file's traces out as it reads it (detect.py's protocol): evaluation
+    output does, a run a line; a trajectory, whose events are one trace, is held to its end."""
+    return not any(is_event(record.value) for record in sample)
+
+
 def parse(records: Iterable[Record], source_path: str) -> ParseResult:
     result = ParseResult()
     result.traces.extend(stream(records, source_path, result))
