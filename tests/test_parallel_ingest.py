@@ -310,6 +310,18 @@ def test_a_big_json_array_streams_element_by_element_to_what_a_whole_read_gives(
     assert [(r.line, r.value, r.raw) for r in stream.first_pass(str(path))] == records
 
 
+def test_numbers_cut_by_a_chunk_end_are_read_whole(tmp_path, monkeypatch):
+    """A number at the end of the text read so far may go on in the next chunk: it is read on,
+    not taken as it stands (30-digit numbers, 64-byte chunks: every chunk ends inside one)."""
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 64)
+    numbers = [str(10**29 + n) for n in range(200)]
+    path = tmp_path / "export.json"
+    path.write_text('[{"n": 0},' + ",".join(numbers) + ", -0.5e3, 1.25]")
+    records, _, streamed = _streamed(path)
+    assert streamed and records == _whole(path)[0]
+    assert [value for _, value, _ in records[1:]] == [int(n) for n in numbers] + [-500.0, 1.25]
+
+
 @pytest.mark.parametrize(
     "cut, reason",
     [
