@@ -331,10 +331,10 @@ _JSON_VALUES = st.recursive(
     ),
     max_leaves=12,
 )
-_RECORDS = st.lists(
-    st.dictionaries(st.text(max_size=6), _JSON_VALUES, max_size=5) | st.lists(_JSON_VALUES, max_size=4),
-    min_size=1,
-    max_size=40,
+_RECORD = st.dictionaries(st.text(max_size=6), _JSON_VALUES, max_size=5) | st.lists(_JSON_VALUES, max_size=4)
+# records, then any elements: bare numbers, strings and literals too, which a chunk can end inside
+_RECORDS = st.builds(
+    lambda first, rest: [first, *rest], _RECORD, st.lists(_RECORD | _JSON_VALUES, max_size=40)
 )
 
 
