@@ -415,6 +415,24 @@ def test_a_big_csv_table_streams_row_by_row_to_what_a_whole_read_gives(tmp_path,
     assert [(r.line, r.value, r.raw) for r in stream.first_pass(str(path))] == records
 
 
+def test_a_big_csv_table_with_bytes_that_are_not_utf8_fails_the_file(tmp_path, monkeypatch):
+    """As a whole read fails it (no table, no JSON): with the reason and what to do."""
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 1024)
+    lines = _messy_csv(300).encode().split(b"\r\n")
+    lines[250] = lines[250].replace(b"line one", b"line \xff one")
+    path = tmp_path / "observations.csv"
+    path.write_bytes(b"\r\n".join(lines))
+    opened = stream.open_records(path, [])
+    assert opened.streamed
+    with pytest.raises(
+        stream.SourceError,
+        match=r"^not valid UTF-8 in the CSV table \(invalid start byte\); re-encode the file as UTF-8$",
+    ):
+        list(opened.records)
+    with pytest.raises(stream.SourceError, match="not valid UTF-8"):
+        _whole(path)
+
+
 @pytest.mark.parametrize(
     "content",
     [
