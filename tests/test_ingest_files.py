@@ -277,6 +277,9 @@ def test_a_big_file_is_named_before_it_is_read_with_how_to_split_it(tmp_path, ru
     write_jsonl(
         logs / "openhands-output.jsonl", [{**run, "instance_id": f"i{n}"} for n, run in enumerate(runs)]
     )
+    roles = ["user", "assistant"]
+    said = [{"role": roles[n % 2], "content": f"message {n} " + "words " * 15} for n in range(120)]
+    write_jsonl(logs / "conversation.jsonl", said)  # bare messages, one a line: one conversation
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(traceforge.ingest, "BIG_FILE_BYTES", 11_000)
     monkeypatch.setattr(stream, "CHUNK_BYTES", 8192)  # files of more than a chunk are streamed
@@ -285,11 +288,12 @@ def test_a_big_file_is_named_before_it_is_read_with_how_to_split_it(tmp_path, ru
     assert first.exit_code == 0, first.output
     notes = [line for line in first.stderr.splitlines() if line.startswith("note:")]
     assert [note.split()[1] for note in notes] == [
+        "logs/conversation.jsonl",
         "logs/openhands-trajectory.json",
         "logs/run_tree.json",
         "logs/session.jsonl.gz",
     ]
-    assert notes[0].startswith("note: logs/openhands-trajectory.json holds 12.3kB of data. Its traces")
+    assert notes[1].startswith("note: logs/openhands-trajectory.json holds 12.3kB of data. Its traces")
     streamed = [
         "anthropic_messages_transcripts.jsonl",
         "openai_chat_gateway.jsonl",
@@ -299,7 +303,7 @@ def test_a_big_file_is_named_before_it_is_read_with_how_to_split_it(tmp_path, ru
     ]
     assert all((logs / name).stat().st_size > 11_000 for name in streamed)  # handed out as read: not named
     assert len(spans) > 11_000 and len(responses) > 11_000
-    assert notes[1:] == [
+    assert notes[2:] == [
         "note: logs/run_tree.json holds 15.1kB of data. Its traces are all held in memory until the "
         "whole file is read, which can take more than its size. If it is JSON Lines, split it into "
         "files of about 64 MB and ingest those instead, to bound memory and use every core (mkdir "
@@ -312,7 +316,7 @@ def test_a_big_file_is_named_before_it_is_read_with_how_to_split_it(tmp_path, ru
         "parts/part-): the traces spread over the parts are joined, so the store holds the same "
         "traces.",
     ]
-    assert "11 new" in first.stderr
+    assert "12 new" in first.stderr
     again = runner.invoke(cli, ["ingest", "logs", "--db", db])
     assert again.exit_code == 0 and "note:" not in again.stderr, again.stderr
     (logs / "session.jsonl.gz").write_bytes(gzip.compress(session + b"\n"))  # changed: named again

@@ -212,6 +212,9 @@ def parse(records: Iterable[Record], source_path: str) -> ParseResult:
     return api_log.parse_or_transcript(records, source_path, FORMAT)
 
 
+hands_out = api_log.hands_out  # detect.py's protocol: a file of bare messages is held
+
+
 def stream(
     records: Iterable[Record],
     source_path: str,

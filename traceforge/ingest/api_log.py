@@ -119,6 +119,13 @@ def parse_or_transcript(records: Iterable[Record], source_path: str, fmt: str) -
     return transcript.parse(everything, source_path, provider_module(fmt))
 
 
+def hands_out(sample: list[Record]) -> bool:
+    """Whether `stream_or_transcript` hands a file's traces out as it reads it (detect.py's
+    protocol): a log's as their conversations end, transcripts' a record at a time, but not a file
+    of bare messages, one conversation held to its end."""
+    return is_log(sample[:LOG_SAMPLE]) or not transcript.one_conversation(sample)
+
+
 def stream_or_transcript(
     records: Iterable[Record],
     source_path: str,

@@ -58,6 +58,12 @@ def find_messages(value: Any) -> list | None:
     return None
 
 
+def one_conversation(sample: list[Record]) -> bool:
+    """Whether a file's first records are bare messages: the file is then one conversation, whose
+    trace `traces` can only hand out at the file's end."""
+    return all(_is_message(record.value) for record in sample)
+
+
 def _is_message(value: Any) -> bool:
     return isinstance(value, dict) and isinstance(value.get("role"), str) and value["role"] in ROLE_NAMES
 
