@@ -220,6 +220,46 @@ def test_a_gzip_file_holding_more_than_its_trailer_says_is_written_in_parts(
     assert snapshot(tmp_path / "parts.duckdb") == snapshot(tmp_path / "whole.duckdb")
 
 
+@pytest.mark.parametrize("layout", ["JSON array", "CSV table"])
+def test_a_gzip_array_or_table_holding_more_than_its_trailer_says_is_written_in_parts(
+    logs, tmp_path, monkeypatch, layout
+):
+    """As for JSON Lines (above): a JSON array read element by element, or a CSV table a row at a
+    time, counts the content it has read, so a gzip file whose trailer understates it is found out
+    while it is parsed whole, and written in parts instead."""
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 4096)  # read in chunks
+    if layout == "JSON array":
+        lines = b"".join(path.read_bytes() for path in sorted((logs / "corpus").glob("openai-log-*.jsonl")))
+        content = b"[\n" + b",\n".join(lines.splitlines()) + b"\n]\n"
+        name = "gateway.json.gz"
+    else:
+        header, body = (
+            (REPO / "tests" / "fixtures" / "langfuse" / "observations.csv").read_bytes().split(b"\n", 1)
+        )
+        copies = [
+            body.replace(b"e5e5e5e5a1a1", b"%012x" % k).replace(b"f5f5f5f5a1a1", b"%012x" % k)
+            for k in range(60)
+        ]
+        content = header + b"\n" + b"".join(copies)
+        name = "observations.csv.gz"
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    appended = folder / name
+    appended.write_bytes(gzip.compress(content[:-300]) + gzip.compress(content[-300:]))  # two members
+    assert sources.content_size(appended)[0] < len(content) // 4  # what the trailer says
+    whole = ingest(tmp_path / "whole.duckdb", [folder])
+    in_parts(monkeypatch, min_bytes=len(content) // 2, rows=60)
+    written = []
+    real_part_rows = writer.part_rows
+    monkeypatch.setattr(
+        writer, "part_rows", lambda con, path, *rest: written.append(path) or real_part_rows(con, path, *rest)
+    )
+    split = ingest(tmp_path / "parts.duckdb", [folder])
+    assert len(written) > 3 and set(written) == {str(appended)}
+    assert split.totals() == whole.totals() and split.totals()["traces"] >= 10
+    assert snapshot(tmp_path / "parts.duckdb") == snapshot(tmp_path / "whole.duckdb")
+
+
 def test_renamed_parents_and_rejected_lines_come_out_as_from_a_whole_file(tmp_path, monkeypatch):
     """A part names its traces against the store: a session ingested again from a copy takes the
     fallback ids, and its branch, in a later part, points at the copy's renamed session; lines that
