@@ -303,12 +303,21 @@ def _ends_with_its_first_line(stream: BinaryIO) -> bool:
         stream.seek(position)
 
 
+def _utf8_content(chunk: bytes) -> bytes | None:
+    """The chunk without its UTF-8 byte order mark, or None for UTF-16 text or binary content,
+    which `sources.read_records` reads whole (re-encoded, or refused)."""
+    data = chunk.removeprefix(UTF8_BOM)
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in data[:4096]:
+        return None
+    return data
+
+
 def _starts_with_json_line(chunk: bytes) -> bool:
     """Whether the content is plainly JSON Lines: UTF-8, its first non-empty line a JSON object or
     array and another non-empty line after it. (A JSON document cannot be: a complete value followed
     by more content is not JSON.)"""
-    data = chunk.removeprefix(UTF8_BOM)
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in data[:4096]:
+    data = _utf8_content(chunk)
+    if data is None:
         return False
     lines = (line for line in data.split(b"\n", 64) if line.strip())
     first = next(lines, None)
@@ -333,8 +342,8 @@ def _opens_array(chunk: bytes) -> bool:
     """Whether the content opens as a JSON array of records: UTF-8, `[` then an object or array
     that ends in the chunk and is followed by `,` or `]`. (A file of text that merely starts with
     `[`, such as `[INFO] ...` log lines, is not.)"""
-    data = chunk.removeprefix(UTF8_BOM)
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in data[:4096]:
+    data = _utf8_content(chunk)
+    if data is None:
         return False
     try:
         text = codecs.utf_8_decode(data, "strict", False)[0]  # a character cut at the end waits
@@ -362,8 +371,8 @@ def _opens_csv(chunk: bytes) -> bool:
     JSON object or array (a whole read takes content holding one as JSON Lines whose other lines
     are bad). The one difference left: a table holding such a line only after its first chunk is
     read as a table, where a whole read would keep that line alone and reject the rest."""
-    data = chunk.removeprefix(UTF8_BOM)
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in data[:4096]:
+    data = _utf8_content(chunk)
+    if data is None:
         return False
     try:
         text = codecs.utf_8_decode(data[: data.rfind(b"\n") + 1], "strict", True)[0]

@@ -51,10 +51,7 @@ def parse_json(text: str, max_nesting: int = MAX_NESTING) -> Any:
         raise NestingError(f"nested deeper than {max_nesting} levels") from None
     if text.count("[") + text.count("{") > max_nesting and nesting_exceeds(value, max_nesting):
         raise NestingError(f"nested deeper than {max_nesting} levels")
-    # a quick search first: the pattern's lookbehind makes it try every position of the text
-    if _SURROGATE_ESCAPE_START.search(text) and _LONE_SURROGATE_ESCAPE.search(text):
-        value = _without_surrogates(value)
-    return value
+    return _lone_surrogates_replaced(value, text, 0, len(text))
 
 
 def parse_json_at(text: str, start: int) -> tuple[Any, int]:
@@ -71,9 +68,15 @@ def parse_json_at(text: str, start: int) -> tuple[Any, int]:
         value, end = _DECODER.raw_decode(text, start)
     except RecursionError:
         raise NestingError(f"nested deeper than {MAX_NESTING} levels") from None
+    return _lone_surrogates_replaced(value, text, start, end), end
+
+
+def _lone_surrogates_replaced(value: Any, text: str, start: int, end: int) -> Any:
+    """`value`, read from `text[start:end]`, with the lone surrogates its escapes made replaced."""
+    # a quick search first: the pattern's lookbehind makes it try every position of the text
     if _SURROGATE_ESCAPE_START.search(text, start, end) and _LONE_SURROGATE_ESCAPE.search(text, start, end):
-        value = _without_surrogates(value)
-    return value, end
+        return _without_surrogates(value)
+    return value
 
 
 def _nonfinite_as_null(name: str) -> None:
