@@ -364,6 +364,20 @@ def test_a_file_in_one_chunk_is_read_whole_and_parsed_in_one_pass(tmp_path, kind
     assert not stream.streams_in_chunks(path) and stream.first_pass(str(path)) is None
 
 
+def test_a_big_json_array_with_a_byte_that_is_not_utf8_fails_with_where(tmp_path, monkeypatch):
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 1024)
+    elements = [json.dumps({"n": n, "text": "é€ " * (n % 20)}, ensure_ascii=False) for n in range(300)]
+    elements[200] = '{"n": 200, "text": "ab\udcffcd"}'  # a lone byte 0xff, written as it is
+    path = tmp_path / "export.json"
+    path.write_bytes(("[\n" + ",\n".join(elements) + "\n]\n").encode("utf-8", "surrogateescape"))
+    with pytest.raises(stream.SourceError) as raised:
+        list(stream.open_records(path, []).records)
+    assert str(raised.value) == (
+        "not JSON or JSON Lines (not valid UTF-8 (invalid start byte) at line 202 column 23); if it is "
+        "a truncated JSON document, the writer may have crashed: restore or re-export it"
+    )
+
+
 def test_json_lines_of_arrays_with_a_first_line_longer_than_a_chunk_are_read_as_lines(tmp_path, monkeypatch):
     """A first line longer than the chunk could be a JSON array written on one line: what follows
     the line tells. Lines of bare message lists (a transcript format) stay lines, not an array's

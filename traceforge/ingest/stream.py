@@ -539,7 +539,8 @@ class _ArrayReader:
     def _append(self, data: bytes) -> None:
         try:
             self.text += self.decoder.decode(data, final=self.ended)
-        except UnicodeDecodeError as exc:
+        except UnicodeDecodeError as exc:  # said where the bad byte is: the text before it is added
+            self.text += exc.object[: exc.start].decode("utf-8", errors="replace")
             raise self._error(f"not valid UTF-8 ({exc.reason})", len(self.text)) from None
 
     def _skip_whitespace(self) -> None:
