@@ -32,11 +32,33 @@ def test_version_and_help_with_examples_on_every_verb(runner):
     result = runner.invoke(cli, ["--version"])
     assert result.exit_code == 0 and __version__ in result.output
     assert "Examples:" in runner.invoke(cli, ["--help"]).output
-    for name, command in cli.commands.items():
+    for name in cli.list_commands(None):
+        command = cli.get_command(None, name)
         help_text = runner.invoke(cli, [name, "--help"]).output
         assert "Examples:" in help_text, f"`traceforge {name} --help` has no examples"
         assert f"traceforge {name}" in help_text.split("Examples:")[1], name
         assert command.help
+
+
+def test_a_verb_imports_only_its_own_module(tmp_path):
+    """`traceforge ingest` starts without importing the analyses, the exports or `datasets`; the
+    full list of verbs still shows in `--help`."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from traceforge.cli import main; sys.argv = ['traceforge', 'ingest', '--help'];\n"
+        "try: main()\nexcept SystemExit: pass\n"
+        "print(sorted(m for m in ('traceforge.cli.analyze', 'traceforge.analysis.dag', 'networkx',"
+        " 'datasets', 'traceforge.cli.export') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "Load trace files into the store" in out.stdout
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+    listed = subprocess.run(
+        [sys.executable, "-m", "traceforge", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    assert all(f"  {verb} " in listed for verb in ("analyze", "cache-sim", "ingest", "lake", "sql"))
 
 
 def test_analyze_prints_the_summary_and_leaves_the_store(runner, tmp_path):

@@ -263,7 +263,7 @@ def test_the_single_machine_path_does_not_import_ray(tmp_path):
 
     code = (
         "import sys, traceforge.lake, traceforge.cli.lake, traceforge.cli;"
-        "traceforge.cli._register_verbs() if hasattr(traceforge.cli, '_register_verbs') else None;"
+        "[traceforge.cli.cli.get_command(None, name) for name in traceforge.cli.cli.list_commands(None)];"
         "print('ray' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
