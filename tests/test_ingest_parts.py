@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -349,6 +350,80 @@ def test_a_run_stopped_in_a_file_leaves_it_marked_and_the_next_run_finishes_it(
     result = runner.invoke(cli, ["ingest", str(work), "--db", str(db)])
     assert result.exit_code == 0, result.output
     assert f"new {transcripts}" in result.stderr or f"new {transcripts.name}" in result.stderr
+    assert snapshot(db) == snapshot(tmp_path / "whole.duckdb")
+
+
+def test_a_part_is_committed_on_a_thread_of_its_own_while_the_next_is_read(logs, tmp_path, monkeypatch):
+    """Inserting and committing a part (DuckDB, which lets go of Python's lock) overlaps reading
+    and parsing the next: a big file keeps two cores busy. The last part (if the file has traces
+    left for it), which joins and marks copies too, is written on the main thread."""
+    transcripts = max((logs / "corpus").glob("transcripts-*.jsonl"), key=lambda path: path.stat().st_size)
+    in_parts(monkeypatch, rows=40)
+    read_more = threading.Event()
+    real_stream, real_insert = openai_chat.stream, store.insert_frame
+
+    def stream(*args, **kwargs):
+        for trace in real_stream(*args, **kwargs):
+            read_more.set()
+            yield trace
+        read_more.set()
+
+    inserts = []  # (thread, whether a trace was read while the part was inserted)
+
+    def insert_frame(con, table, frame):
+        if table == "traces" and threading.current_thread() is not threading.main_thread():
+            read_more.clear()
+            inserts.append((threading.current_thread().name, read_more.wait(timeout=10)))
+        elif table == "traces":
+            inserts.append(("main", None))
+        real_insert(con, table, frame)
+
+    monkeypatch.setattr(openai_chat, "stream", stream)
+    monkeypatch.setattr(store, "insert_frame", insert_frame)
+    switch_interval = sys.getswitchinterval()
+    ingest(tmp_path / "parts.duckdb", [transcripts])
+    monkeypatch.undo()
+    assert sys.getswitchinterval() == switch_interval  # Python's as it was (see COMMITTER_SWITCH_INTERVAL)
+    on_thread = [read for thread, read in inserts if thread == "traceforge-part"]
+    assert len(on_thread) >= 2 and all(on_thread), inserts
+    assert inserts[len(on_thread) :] in ([], [("main", None)]), inserts  # the last part, if any
+    ingest(tmp_path / "whole.duckdb", [transcripts])
+    assert snapshot(tmp_path / "parts.duckdb") == snapshot(tmp_path / "whole.duckdb")
+
+
+def test_a_part_that_cannot_be_committed_stops_the_ingest_with_the_parts_before_it_kept(
+    logs, tmp_path, monkeypatch, runner
+):
+    """DuckDB running out of memory while it commits a part on its thread: the ingest says so as it
+    would on the main thread, the parts before it stay with the file marked, and the next run
+    finishes the file."""
+    transcripts = max((logs / "corpus").glob("transcripts-*.jsonl"), key=lambda path: path.stat().st_size)
+    db = tmp_path / "parts.duckdb"
+    in_parts(monkeypatch, rows=40)
+    real_commit = store.commit
+    commits = []
+
+    def commit(con):
+        if threading.current_thread() is not threading.main_thread():
+            commits.append(1)
+            if len(commits) == 3:
+                con.execute("ROLLBACK")  # as DuckDB ends a transaction whose COMMIT failed
+                raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block")
+        real_commit(con)
+
+    monkeypatch.setattr(store, "commit", commit)
+    result = runner.invoke(cli, ["ingest", str(transcripts), "--db", str(db)])
+    assert result.exit_code == 1 and "DuckDB needed more memory than its limit" in result.stderr
+    con = store.connect(db, read_only=True)
+    marked = con.execute("SELECT path, error FROM sources").fetchall()
+    held = con.execute("SELECT count(*) FROM traces").fetchone()[0]
+    con.close()
+    assert marked == [(str(transcripts), parts.INTERRUPTED)]
+    assert 0 < held < len(transcripts.read_text().splitlines())  # two parts of it were written
+    monkeypatch.setattr(store, "commit", real_commit)
+    result = runner.invoke(cli, ["ingest", str(transcripts), "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    ingest(tmp_path / "whole.duckdb", [transcripts])
     assert snapshot(db) == snapshot(tmp_path / "whole.duckdb")
 
 

@@ -730,22 +730,32 @@ def cache_released(con: duckdb.DuckDBPyConnection, limit: str = RELEASED_MEMORY_
 
 @contextlib.contextmanager
 def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
-    """The block's statements in one transaction: committed at its end, rolled back on any error.
-
-    A COMMIT that fails (DuckDB out of memory while writing) has already ended the transaction;
-    rolling back then would fail too and hide the error that matters, so that failure is ignored.
-    DuckDB reports a COMMIT that could not allocate as a TransactionException: it is raised as the
-    OutOfMemoryException it is, so callers handle running out of memory in one place."""
+    """The block's statements in one transaction: committed at its end (`commit`), rolled back on
+    any error."""
     con.execute("BEGIN TRANSACTION")
     try:
         yield
-        try:
-            con.execute("COMMIT")
-        except duckdb.TransactionException as exc:
-            if "could not allocate" in str(exc) or "failed to pin block" in str(exc):  # 2.0, 1.5
-                raise duckdb.OutOfMemoryException(str(exc)) from exc
-            raise
+        commit(con)
     except BaseException:
-        with contextlib.suppress(duckdb.TransactionException):
-            con.execute("ROLLBACK")
+        rollback(con)
         raise
+
+
+def commit(con: duckdb.DuckDBPyConnection) -> None:
+    """COMMIT the transaction open on `con`. DuckDB reports a COMMIT that could not allocate as a
+    TransactionException: it is raised as the OutOfMemoryException it is, so callers handle running
+    out of memory in one place."""
+    try:
+        con.execute("COMMIT")
+    except duckdb.TransactionException as exc:
+        if "could not allocate" in str(exc) or "failed to pin block" in str(exc):  # 2.0, 1.5
+            raise duckdb.OutOfMemoryException(str(exc)) from exc
+        raise
+
+
+def rollback(con: duckdb.DuckDBPyConnection) -> None:
+    """ROLLBACK the transaction open on `con`, if any: a COMMIT that failed (DuckDB out of memory
+    while writing) has already ended it, and rolling back then would fail too and hide the error
+    that matters, so that failure is ignored."""
+    with contextlib.suppress(duckdb.TransactionException):
+        con.execute("ROLLBACK")
