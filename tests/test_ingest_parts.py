@@ -10,8 +10,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -425,6 +427,21 @@ def test_a_part_that_cannot_be_committed_stops_the_ingest_with_the_parts_before_
     assert result.exit_code == 0, result.output
     ingest(tmp_path / "whole.duckdb", [transcripts])
     assert snapshot(db) == snapshot(tmp_path / "whole.duckdb")
+
+
+@pytest.mark.skipif(not hasattr(signal, "raise_signal"), reason="needs signal.raise_signal")
+def test_a_second_ctrl_c_waits_for_the_part_being_committed():
+    """The first Ctrl-C stops the reading, and the ingest waits for the part being committed on its
+    thread; a second one meanwhile is raised only once that commit is done, so the command line
+    does not close the store under it."""
+    committer = parts._Committer(con=None)
+    committed = threading.Event()
+    committer.thread = threading.Thread(target=lambda: time.sleep(0.5) or committed.set())
+    committer.thread.start()
+    threading.Timer(0.1, signal.raise_signal, args=(signal.SIGINT,)).start()  # Ctrl-C during the wait
+    with pytest.raises(KeyboardInterrupt):
+        committer.wait_quietly()
+    assert committed.is_set() and committer.thread is None
 
 
 def counted(lines: list[str], read: list[int]) -> Iterator[Record]:

@@ -216,7 +216,15 @@ class _Committer:
 
     def wait_quietly(self) -> None:
         """Wait for the part being committed, its error left for `wait` (the caller is already
-        raising one of its own)."""
-        if self.thread is not None:
-            self.thread.join()
-            self.thread = None
+        raising one of its own). A Ctrl-C meanwhile (a second one, where the first stopped the
+        reading) is raised only once the commit is done: the caller would close the store under
+        it."""
+        interrupted = False
+        while self.thread is not None:
+            try:
+                self.thread.join()
+                self.thread = None
+            except KeyboardInterrupt:
+                interrupted = True
+        if interrupted:
+            raise KeyboardInterrupt
