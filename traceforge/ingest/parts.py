@@ -90,8 +90,8 @@ def write_in_parts(
     replaces: bool,
     on_part: Callable[[], None] | None = None,
 ) -> tuple[writer.ParsedFile, Written, JoinReport]:
-    """Write the `traces` of the file `parsed` names as they come, in parts, each part committed on
-    a thread of its own while the next is read (`_Committer`).
+    """Write the `traces` of the file `parsed` names as they come, in parts, each but the last
+    committed on a thread of its own while the next is read (`_Committer`).
 
     `parsed.result` is the `ParseResult` the adapter adds its counts and rejects to while `traces`
     is consumed; `line_rejects` the list the reader adds the lines that are not JSON to. `replaces`:
