@@ -5,6 +5,7 @@ full analyses at scale, peak memory, and the growth curve, all measured in one r
     python benchmarks/run.py                  # the full run (1M tool calls; about 30 minutes on 2 cores)
     python benchmarks/run.py --json out.json  # also write every measurement as JSON
     python benchmarks/run.py --rounds 5       # each 1x loader measured 5 times (default 3)
+    python benchmarks/run.py --plot out/      # also draw growth.svg and memory.svg (benchmarks/plot.py)
 
 Every measurement runs in a child process of its own (`run.py --task ...`): the child reports its
 wall time, its CPU time and its workers' (os.times) and its own peak RSS (getrusage); the runner
@@ -234,6 +235,7 @@ def measure(
     result["rss_tree_mb"] = None if peak.peak_mb is None else max(peak.peak_mb, result["rss_self_mb"])
     result["task"] = task
     result["corpus"] = corpus.name
+    result["input_mb"] = sum(p.stat().st_size for p in corpus.iterdir() if not p.name.startswith(".")) / 1e6
     for stale in stale_files if not keep else ():
         stale.unlink(missing_ok=True)
     return result
@@ -362,7 +364,6 @@ def big_file_table(mode: str, scratch: Path, workers: int | None, note: Any) -> 
             files = big_file_layout(source, scratch / f"{fmt}-{layout}", layout)
             result = note(measure("ingest", files, scratch / INGEST_DB, workers))
             result["layout"] = f"{fmt} {layout}"
-            result["input_mb"] = sum(path.stat().st_size for path in files.iterdir()) / 1e6
             measured[layout] = result
             shutil.rmtree(files)
         baseline = measured["split"]["rss_tree_mb"] or measured["split"]["rss_self_mb"]
@@ -455,6 +456,7 @@ def machine() -> dict[str, Any]:
     from traceforge.workers import default_workers
 
     return {
+        "commit": _commit(),
         "cpus": len(os.sched_getaffinity(0)),
         "cpu_model": model,
         "memory_gib": round(memory, 1),
@@ -465,6 +467,20 @@ def machine() -> dict[str, Any]:
         "workers": default_workers(),
         "load_average_at_start": os.getloadavg(),
     }
+
+
+def _commit() -> str | None:
+    """The checkout's commit, marked `-dirty` where it has changes; None outside a git checkout."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        changed = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=HERE, capture_output=True, text=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return f"{head}-dirty" if changed else head
 
 
 def _mb(manifest: dict) -> float:
@@ -534,7 +550,9 @@ def relation_to(ratio: tuple[float, tuple[float, float]], floor: bool) -> str:
     return f"{median:.2f}x slower ({low:.2f}-{high:.2f})"
 
 
-def run(mode: str, json_path: str | None, workers: int | None, rounds: int = 3) -> dict[str, Any]:
+def run(
+    mode: str, json_path: str | None, workers: int | None, rounds: int = 3, plot: str | None = None
+) -> dict[str, Any]:
     from rich.console import Console
     from rich.table import Table
 
@@ -684,6 +702,11 @@ def run(mode: str, json_path: str | None, workers: int | None, rounds: int = 3) 
         for entry in results["measurements"]:
             entry.pop("folder", None)
         Path(json_path).write_text(json.dumps(results, indent=1, default=str) + "\n")
+    if plot:
+        from plot import write_figures  # here: the measured children need not import it
+
+        for path in write_figures(results, Path(plot)):
+            console.print(f"wrote {path}")
     return results
 
 
@@ -691,6 +714,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small corpora: under a minute")
     parser.add_argument("--json", help="also write every measurement to this JSON file")
+    parser.add_argument(
+        "--plot", metavar="FOLDER", help="also draw the growth and memory figures there (benchmarks/plot.py)"
+    )
     parser.add_argument("--workers", type=int, help="parsing workers (default: one per CPU)")
     parser.add_argument(
         "--rounds",
@@ -709,7 +735,7 @@ def main() -> None:
     if args.task:
         run_task(args)
     else:
-        run("quick" if args.quick else "full", args.json, args.workers, args.rounds)
+        run("quick" if args.quick else "full", args.json, args.workers, args.rounds, args.plot)
 
 
 if __name__ == "__main__":

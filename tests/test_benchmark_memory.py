@@ -3,6 +3,8 @@ processes too, or the peak it prints for a parallel run would be too low."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
 import time
@@ -42,3 +44,20 @@ def test_a_measurement_never_reports_the_tree_below_its_main_process(tmp_path):
     result = bench.measure("read_json", folder, tmp_path / "raw.duckdb")
     assert result["rows"] > 0
     assert result["rss_tree_mb"] >= result["rss_self_mb"] > 0
+    # the input's size, for the memory figure (benchmarks/plot.py): the corpus, not its manifest
+    written = json.loads((folder / bench.corpus_module.MANIFEST).read_text())["totals"]["bytes"]
+    assert result["input_mb"] == written / 1e6
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_the_run_records_the_commit_it_measured():
+    here = Path(bench.__file__).parent
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True)
+    if head.returncode != 0:
+        pytest.skip("not a git checkout")
+    recorded = bench.machine()["commit"]
+    assert recorded.removesuffix("-dirty") == head.stdout.strip()
+    changed = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], cwd=here, capture_output=True
+    )
+    assert recorded.endswith("-dirty") == bool(changed.stdout.strip())

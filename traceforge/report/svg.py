@@ -19,6 +19,7 @@ PALETTE = ("#3b6ea5", "#e07b39", "#5a9e4b", "#c0504d", "#8064a2", "#4bacc6", "#9
 LABEL_CHAR_PX = 7.0  # a label character's width at FONT's size, on the wide side (hex digits: 6.7)
 LEGEND_CHARS = 24  # of a line chart's legend entry
 LEGEND_SWATCH = 14  # px of line before it
+REFERENCE_GREYS = ("#7f7f7f", "#b0b0b0")  # dashed reference lines: a bound, a target
 FONT = 'font-family="system-ui, sans-serif" font-size="11"'
 
 
@@ -183,16 +184,24 @@ def line_chart(
     y_label: str = "",
     log_x: bool = False,
     percent_y: bool = False,
+    markers: bool = False,
+    references: Sequence[tuple[str, Sequence[tuple[float, float]]]] = (),
+    x_ticks: Sequence[float] | None = None,
     width: int = 640,
     height: int = 280,
 ) -> str:
     """One polyline per (name, [(x, y), ...]); `log_x` for sizes spanning orders of magnitude. The
     legend stands right of the plot, where no line can run under it (hit-ratio curves of a
-    well-cached workload run flat along the top)."""
-    points_all = [(x, y) for _, pts in series for x, y in pts if not (log_x and x <= 0)]
-    if not points_all:
+    well-cached workload run flat along the top).
+
+    `markers` draws a dot at each measured point (a series of two or three measurements); each of
+    `references` (a bound, a target) is a dashed grey line, listed after the series; `x_ticks`
+    labels those x values instead of five evenly spaced ones (the sizes that were measured)."""
+    drawn = [*series, *references]
+    points_all = [(x, y) for _, pts in drawn for x, y in pts if not (log_x and x <= 0)]
+    if not points_all or not any(pts for _, pts in series):
         return empty_chart(title)
-    names = [_short(name, LEGEND_CHARS) for name, _ in series]
+    names = [_short(name, LEGEND_CHARS) for name, _ in drawn]
     legend_w = LEGEND_SWATCH + 4 + max(map(len, names)) * LABEL_CHAR_PX
     left, right, top, bottom = 52, math.ceil(16 + legend_w), 24, 44
     plot_w, plot_h = width - left - right, height - top - bottom
@@ -214,29 +223,41 @@ def line_chart(
         out.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>')
         label = f"{tick:.0%}" if percent_y else _fmt(tick)
         out.append(f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end">{esc(label)}</text>')
-    for k in range(5):
-        value = x_min + (x_max - x_min) * k / 4
-        shown = _fmt(10**value) if log_x else _fmt(value)
-        x = left + plot_w * k / 4
-        anchor = "end" if k == 4 else "middle"  # the last one inside the chart
-        out.append(f'<text x="{x:.1f}" y="{top + plot_h + 14}" text-anchor="{anchor}">{esc(shown)}</text>')
-    for i, (name, pts) in enumerate(series):
+
+    def px(x: float, y: float) -> tuple[float, float]:
+        return left + plot_w * (x - x_min) / (x_max - x_min), top + plot_h - plot_h * y / y_top
+
+    if x_ticks is None:
+        x_ticks = [x_min + (x_max - x_min) * k / 4 for k in range(5)]
+        x_ticks = [10**value for value in x_ticks] if log_x else x_ticks
+    for value in x_ticks:
+        if not x_min - 1e-9 <= fx(value) <= x_max + 1e-9:
+            continue
+        x = px(fx(value), 0)[0]
+        anchor = "end" if x > left + plot_w - 12 else "middle"  # the last one inside the chart
+        out.append(
+            f'<text x="{x:.1f}" y="{top + plot_h + 14}" text-anchor="{anchor}">{esc(_fmt(value))}</text>'
+        )
+    for i, (name, pts) in enumerate(drawn):
         usable = sorted((fx(x), y) for x, y in pts if not (log_x and x <= 0))
         if not usable:
             continue
-        colour = PALETTE[i % len(PALETTE)]
-        coords = " ".join(
-            f"{left + plot_w * (x - x_min) / (x_max - x_min):.1f},{top + plot_h - plot_h * y / y_top:.1f}"
-            for x, y in usable
-        )
+        reference = i >= len(series)
+        colour = REFERENCE_GREYS[(i - len(series)) % 2] if reference else PALETTE[i % len(PALETTE)]
+        style = f'stroke="{colour}" stroke-width="{1.5 if reference else 2}"'
+        style += ' stroke-dasharray="5 4"' if reference else ""
+        coords = " ".join("{:.1f},{:.1f}".format(*px(x, y)) for x, y in usable)
+        kind = "reference" if reference else "mark"
         out.append(
-            f'<polyline class="mark" points="{coords}" fill="none" stroke="{colour}" stroke-width="2">'
+            f'<polyline class="{kind}" points="{coords}" fill="none" {style}>'
             f"<title>{esc(name)}</title></polyline>"
         )
+        for x, y in usable if markers and not reference else ():
+            cx, cy = px(x, y)
+            out.append(f'<circle class="point" cx="{cx:.1f}" cy="{cy:.1f}" r="3" fill="{colour}"/>')
         x, y = left + plot_w + 12, top + 8 + 14 * i
         out.append(
-            f'<line class="legend" x1="{x}" x2="{x + LEGEND_SWATCH}" y1="{y - 4}" y2="{y - 4}" '
-            f'stroke="{colour}" stroke-width="2"/>'
+            f'<line class="legend" x1="{x}" x2="{x + LEGEND_SWATCH}" y1="{y - 4}" y2="{y - 4}" {style}/>'
             f'<text class="legend" x="{x + LEGEND_SWATCH + 4}" y="{y}" fill="{colour}">{esc(names[i])}</text>'
         )
     if x_label:
@@ -290,6 +311,12 @@ def dag_diagram(
             )
     out.append("</g></svg>")
     return "".join(out)
+
+
+def standalone(chart: str) -> str:
+    """A chart as an SVG file of its own: with the SVG namespace, which SVG inline in HTML does
+    without (and the report leaves out: it names no URL at all)."""
+    return chart.replace("<svg ", '<svg xmlns="http://www.w3.org/2000/svg" ', 1)
 
 
 def empty_chart(title: str) -> str:
