@@ -39,6 +39,7 @@ from traceforge.ingest import (
 )
 from traceforge.ingest.sources import Record, SourceError
 from traceforge.model import ParseResult
+from traceforge.report.terminal import display_path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -347,11 +348,11 @@ def test_a_run_stopped_in_a_file_leaves_it_marked_and_the_next_run_finishes_it(
         ["profile", "--out", str(tmp_path / "profile")],
     ):
         result = runner.invoke(cli, [*command, "--db", str(db)])
-        warning = f"warning: {transcripts}: an earlier run stopped while writing this file"
+        warning = f"warning: {display_path(str(transcripts))}: an earlier run stopped while writing this file"
         assert warning in result.stderr, (command, result.output)
     result = runner.invoke(cli, ["ingest", str(work), "--db", str(db)])
     assert result.exit_code == 0, result.output
-    assert f"new {transcripts}" in result.stderr or f"new {transcripts.name}" in result.stderr
+    assert f"new {display_path(str(transcripts))}" in result.stderr
     assert snapshot(db) == snapshot(tmp_path / "whole.duckdb")
 
 
@@ -801,9 +802,9 @@ def test_a_big_responses_log_held_whole_after_its_first_pass_is_named_before_it_
     assert result.exit_code == 0, result.output
     notes = [line for line in result.stderr.splitlines() if line.startswith("note:")]
     assert len(notes) == 1 and notes[0].startswith(
-        f"note: {path} holds {path.stat().st_size / 1000:.1f}kB of data. Its first reading found a "
-        "request naming an earlier item by id (item_reference), so its traces are all held in "
-        "memory until the whole file is read"
+        f"note: {display_path(str(path))} holds {path.stat().st_size / 1000:.1f}kB of data. Its first "
+        "reading found a request naming an earlier item by id (item_reference), so its traces are "
+        "all held in memory until the whole file is read"
     )
 
 
