@@ -14,7 +14,10 @@ A corpus is a folder of log files as a month of production would leave them:
   LLM spans with their input and output messages, tool spans with their times;
 - `openai-responses-NNN.jsonl` (only with `--only openai-responses`): an OpenAI Responses API log,
   each call sending only its new items and naming the response it continues
-  (`previous_response_id`), so its size grows with a run's length, not its square.
+  (`previous_response_id`), so its size grows with a run's length, not its square;
+- `claude-code-<session>.jsonl` (only with `--only claude-code`): Claude Code session files, one per
+  run, as `~/.claude/projects/<project>/` holds them: an event a line, an assistant line per content
+  block, the project folder naming the workload.
 
 Traffic follows a power law: workload k gets a share of the traces proportional to 1 / k^1.1, and
 each workload has its own system prompt (1.5-6 KB), tool set (JSON schemas), model and run length
@@ -47,7 +50,7 @@ FORMATS = ("openai-log", "anthropic-log", "transcripts", "otlp")
 # Share of the traces each format receives in a mixed corpus.
 FORMAT_SHARES = {"openai-log": 0.35, "anthropic-log": 0.25, "transcripts": 0.25, "otlp": 0.15}
 # Written only when asked for alone (`--only`): the mixed corpus, and the figures measured on it, stay.
-ONLY_FORMATS = (*FORMATS, "openai-responses")
+ONLY_FORMATS = (*FORMATS, "openai-responses", "claude-code")
 # Per-request logs (and OTLP spans that carry their input) grow with the square of a run's length:
 # runs longer than this go to the transcripts, as long agent sessions are saved whole in practice.
 MAX_LOGGED_CALLS = 25
@@ -747,6 +750,85 @@ def transcript_record(run: Run) -> str:
     )
 
 
+CLAUDE_CODE_VERSION = "2.1.39"
+
+
+def _uuid(uid: str, n: int) -> str:
+    """A UUID-shaped id, the `n`th of the object `uid` names: the same corpus, the same ids."""
+    digits = f"{uid[:24]}{n:08x}"
+    return f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:32]}"
+
+
+def claude_code_session(run: Run) -> list[str]:
+    """The lines of one Claude Code session file (`~/.claude/projects/<project>/<session>.jsonl`):
+    every event a line, chained by `parentUuid`; an assistant line per content block (text or
+    tool_use), the lines of one API response sharing its message id and usage; a user line per tool
+    result, with the output again in `toolUseResult`; and the lines Claude Code writes beside them
+    (a SessionStart hook's progress, a stop hook's summary after each reply)."""
+    session = _uuid(run.uid, 0)
+    common = {
+        "isSidechain": False,
+        "userType": "external",
+        "cwd": f"/home/dev/projects/{run.workload.name}",
+        "sessionId": session,
+        "version": CLAUDE_CODE_VERSION,
+        "gitBranch": "main",
+    }
+    lines: list[str] = []
+    parent: str | None = None
+    count = 0
+
+    def line(kind: str, ms: int, **fields: Any) -> None:
+        nonlocal parent, count
+        count += 1
+        uuid = _uuid(run.uid, count)
+        record = {"parentUuid": parent, **common, "type": kind, **fields, "uuid": uuid, "timestamp": _iso(ms)}
+        lines.append(_dumps(record))
+        parent = uuid
+
+    start = run.steps[0].start_ms
+    hook = {"type": "hook_progress", "hookEvent": "SessionStart", "hookName": "SessionStart:startup"}
+    line("progress", start - 2000, data=hook, toolUseID=_uuid(run.uid, 1 << 30))
+    for n, event in enumerate(run.events):
+        if isinstance(event, str):
+            line(
+                "user",
+                start if n == 0 else run.events[n - 1].end_ms + 1000,
+                message={"role": "user", "content": event},
+            )
+            continue
+        prompt = _tokens(event.prompt_chars)
+        read = _tokens(event.previous_prompt_chars) if event.previous_prompt_chars else 0
+        usage = {
+            "input_tokens": 3,
+            "cache_creation_input_tokens": max(prompt - 3 - read, 0),
+            "cache_read_input_tokens": min(read, prompt - 3),
+            "output_tokens": _tokens(event.output_chars),
+            "service_tier": "standard",
+        }
+        blocks = _anthropic_blocks(event)
+        for k, block in enumerate(blocks):
+            message = {
+                "model": ANTHROPIC_MODELS[run.workload.model] + "-20250929",
+                "id": "msg_" + event.uid,
+                "type": "message",
+                "role": "assistant",
+                "content": [block],
+                "stop_reason": ("tool_use" if event.uses else "end_turn") if k == len(blocks) - 1 else None,
+                "stop_sequence": None,
+                "usage": usage,
+            }
+            line("assistant", event.end_ms, message=message, requestId="req_" + event.uid)
+        for use in event.uses:
+            result = {"tool_use_id": "toolu_" + use.id[5:], "type": "tool_result", "content": use.result}
+            if use.is_error:
+                result["is_error"] = True
+            line("user", use.end_ms, message={"role": "user", "content": [result]}, toolUseResult=use.result)
+        if not event.uses:
+            line("system", event.end_ms + 50, subtype="stop_hook_summary", hookCount=1, level="suggestion")
+    return lines
+
+
 def _attr(key: str, value: Any) -> dict[str, Any]:
     if isinstance(value, bool):
         return {"key": key, "value": {"boolValue": value}}
@@ -916,6 +998,9 @@ class _Writer:
             lines = list(responses_log_records(run))
         elif self.fmt == "transcripts":
             lines = [(run.steps[0].start_ms, transcript_record(run))]
+        elif self.fmt == "claude-code":  # a file per session, as Claude Code writes them
+            self._write_session(run, claude_code_session(run))
+            return
         else:
             lines = [(run.steps[0].start_ms, otlp_record(run))]
         self.pending.extend(lines)
@@ -927,6 +1012,18 @@ class _Writer:
         self.stats.bytes += sum(len(line.encode()) + 1 for _, line in lines)
         if self.stats.bytes >= self.file_bytes:
             self.flush()
+
+    def _write_session(self, run: Run, lines: list[str]) -> None:
+        stats = FileStats(f"{self.fmt}-{_uuid(run.uid, 0)}.jsonl", self.fmt)
+        stats.traces, stats.llm_calls, stats.tool_calls = 1, len(run.steps), run.tool_calls
+        stats.records = len(lines)
+        data = "".join(line + "\n" for line in lines).encode()
+        stats.bytes = len(data)
+        if self.compress:
+            stats.name += ".gz"
+            data = gzip.compress(data, compresslevel=1)
+        (self.out / stats.name).write_bytes(data)
+        self.manifest.files.append(stats)
 
     def flush(self) -> None:
         if not self.pending:

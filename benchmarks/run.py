@@ -32,6 +32,10 @@ loader once per round; the medians, their ranges and the median of the rounds' r
 The growth curve (1x, 2x, 4x) measures `analyze` and then `export sft` of the store it left: an
 export reads the store a conversation at a time, so its peak RSS should stay flat as the input grows.
 
+The same comparison is made for each format alone (the 1x corpus's files of each, and as many tool
+calls written alone as a Responses API log and as Claude Code sessions): which adapter costs most
+per byte.
+
 Last, one big file (transcripts, then a gateway log, from a corpus written without rotation) is
 ingested alone: half its lines, all of them, and all of them in files of 64 MB, each peak printed
 against the 64 MB files': whether memory grows with a single file.
@@ -387,6 +391,64 @@ def big_file_table(mode: str, scratch: Path, workers: int | None, note: Any) -> 
     return table
 
 
+def format_table(
+    sources: list[tuple[str, Path]], scratch: Path, rounds: int, workers: int | None, note: Any
+) -> Any:
+    """Each format alone, against DuckDB's `read_json` and the plain loader as the 1x corpus is
+    (`compare_loaders`): per (format, corpus folder), the folder's files of that format. What a user
+    whose traces are all of one format can expect, and which adapter costs most per byte."""
+    from rich.table import Table
+
+    table = Table(
+        title=f"Ingest per format: each format's files alone, {rounds} round"
+        f"{'s' if rounds > 1 else ''} (medians; the ratios' medians and ranges)"
+    )
+    for column in (
+        "format",
+        "files",
+        "MB",
+        "tool calls",
+        "traceforge s",
+        "read_json s",
+        "traceforge against read_json",
+        "plain loader s",
+        "traceforge against plain",
+        "MB/s",
+    ):
+        table.add_column(column, justify="right" if column != "format" else "left")
+    for fmt, corpus in sources:
+        files = sorted(corpus.glob(f"{fmt}-*.jsonl"))
+        if not files:
+            continue
+        folder = scratch / f"format-{fmt}"
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        for source in files:
+            try:
+                os.link(source, folder / source.name)
+            except OSError:
+                shutil.copyfile(source, folder / source.name)
+        loaders = compare_loaders(folder, scratch, rounds, workers)
+        for result in loaders["rounds"]:
+            result["format"] = fmt
+            note(result)
+        ingest = loaders["ingest"]
+        table.add_row(
+            fmt,
+            str(len(files)),
+            f"{ingest['input_mb']:,.0f}",
+            f"{ingest['tool_calls']:,}",
+            f"{ingest['seconds']:.1f}",
+            f"{loaders['read_json']['seconds']:.1f}",
+            relation_to(loaders["ratio"]["read_json"], floor=True),
+            f"{loaders['plain']['seconds']:.1f}",
+            relation_to(loaders["ratio"]["plain"], floor=False),
+            f"{ingest['input_mb'] / ingest['seconds']:.0f}",
+        )
+        shutil.rmtree(folder)
+    return table
+
+
 SPLIT_BYTES = 64 << 20  # the files `big_file_layout` cuts a big file into, as `split -C 64m` does
 
 
@@ -623,6 +685,12 @@ def run(
             relation,
         )
     console.print(table)
+    # each format alone: the 1x corpus's, and as many tool calls written alone as a Responses API
+    # log and as Claude Code sessions
+    sources = [(fmt, base["folder"]) for fmt in corpus_module.FORMATS]
+    for fmt in ("openai-responses", "claude-code"):
+        sources.append((fmt, corpus_for(f"format-{fmt}-{mode}", "mixed", sizes["growth"], None, only=fmt)[0]))
+    console.print(format_table(sources, scratch, rounds, workers, note))
 
     table = Table(title="Growth: the same mix at 1x, 2x, 4x")
     for column in ("input", "MB", "tool calls", "ingest s", "ratio", "analyze s", "ratio", "peak RSS MB"):

@@ -48,3 +48,33 @@ def test_the_printed_relation_inverts_a_faster_ratio_and_its_range():
     assert bench.relation_to((0.40, (0.38, 0.50)), floor=False) == "2.50x faster (2.00-2.63)"
     assert bench.relation_to((1.25, (1.10, 1.40)), floor=False) == "1.25x slower (1.10-1.40)"
     assert bench.relation_to((2.33, (2.15, 2.55)), floor=True) == "2.33x its time (2.15-2.55)"
+
+
+def test_each_format_is_measured_alone_on_its_own_files(tmp_path):
+    mixed, responses = tmp_path / "mixed", tmp_path / "responses"
+    bench.corpus_module.generate(mixed, tool_calls=300, traces=None, shape="mixed")
+    bench.corpus_module.generate(responses, tool_calls=30, traces=None, only="openai-responses")
+    written: dict[str, dict[str, int]] = {}
+    for folder in (mixed, responses):
+        for entry in json.loads((folder / bench.corpus_module.MANIFEST).read_text())["files"]:
+            totals = written.setdefault(entry["format"], {"tool_calls": 0, "bytes": 0, "files": 0})
+            totals["tool_calls"] += entry["tool_calls"]
+            totals["bytes"] += entry["bytes"]
+            totals["files"] += 1
+    sources = [(fmt, mixed) for fmt in bench.corpus_module.FORMATS] + [("openai-responses", responses)]
+    assert {fmt for fmt, _ in sources} <= set(written)  # every format has files to measure
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    noted: list[dict] = []
+
+    table = bench.format_table(sources, scratch, rounds=1, workers=1, note=noted.append)
+
+    assert table.row_count == len(sources)
+    assert [row for row in table.columns[0].cells] == [fmt for fmt, _ in sources]
+    for fmt, _ in sources:
+        measured = {r["loader"]: r for r in noted if r["format"] == fmt}
+        assert sorted(measured) == sorted(name for name, *_ in bench.LOADERS)
+        # each loader read that format's files and no other's
+        assert all(r["input_mb"] == written[fmt]["bytes"] / 1e6 for r in measured.values())
+        assert measured["ingest"]["tool_calls"] == written[fmt]["tool_calls"] > 0
+    assert not list(scratch.iterdir())  # the linked folders and every database removed after
