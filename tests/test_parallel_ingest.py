@@ -131,6 +131,8 @@ def test_many_small_frames_are_inserted_as_one_chunk_and_a_few_big_ones_as_they_
     assert many.n_chunks() == 1 and many["n"].to_list() == list(range(len(frames)))
     few = parallel._concat(frames[:3])
     assert few.n_chunks() == 3 and few["trace_id"].to_list() == ["t0", "t1", "t2"]
+    big = pl.DataFrame({"trace_id": ["x" * 1000] * (parallel.SPOOL_MIN_BYTES // 1000), "n": 0})
+    assert parallel._concat([big] * (parallel.RECHUNK_FRAMES + 1)).n_chunks() == parallel.RECHUNK_FRAMES + 1
 
 
 def test_workers_replace_a_changed_file_and_skip_unchanged_ones(small_corpus, tmp_path):

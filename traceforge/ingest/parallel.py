@@ -48,7 +48,7 @@ PARALLEL_MIN_BYTES = 32 << 20
 # A worker's rows smaller than this go back pickled, not through files (`Prepared.spool`): for a
 # small file, writing, reading back and removing five files cost more than its parsing.
 SPOOL_MIN_BYTES = 1 << 20
-# More frames than this in one insert are copied into one chunk first (`_concat`).
+# More frames than this in one insert, small on average, are copied into one chunk first (`_concat`).
 RECHUNK_FRAMES = 64
 ID_COLUMNS = {"traces": "trace_id", "llm_calls": "call_id", "tool_calls": "tool_call_id"}
 
@@ -253,9 +253,13 @@ def write_batch(
 def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:
     """The frames as one, for one insert. Many small frames (a batch of small files) are copied
     into one chunk: DuckDB reads a frame of thousands of tiny chunks several times slower (4,204
-    Claude Code sessions: 8.0 s to insert, 3.8 of them turning the chunks to Arrow). A few big ones
+    Claude Code sessions: 8.0 s to insert, 3.8 of them turning the chunks to Arrow). Bigger ones
     (files of 64 MB) are not copied: that would hold the batch twice."""
-    return pl.concat(frames, how="vertical", rechunk=len(frames) > RECHUNK_FRAMES)
+    small = (
+        len(frames) > RECHUNK_FRAMES
+        and sum(f.estimated_size() for f in frames) < len(frames) * SPOOL_MIN_BYTES
+    )
+    return pl.concat(frames, how="vertical", rechunk=small)
 
 
 def _colliding(con: duckdb.DuckDBPyConnection, prepared: list[Prepared]) -> set[int]:
