@@ -764,7 +764,7 @@ def claude_code_session(run: Run) -> list[str]:
     every event a line, chained by `parentUuid`; an assistant line per content block (text or
     tool_use), the lines of one API response sharing its message id and usage; a user line per tool
     result, with the output again in `toolUseResult`; and the lines Claude Code writes beside them
-    (a SessionStart hook's progress, a stop hook's summary after each reply)."""
+    (a SessionStart hook's progress, a stop hook's summary after the reply that ends the run)."""
     session = _uuid(run.uid, 0)
     common = {
         "isSidechain": False,
