@@ -1,8 +1,8 @@
 """The performance benchmark: ingest against DuckDB's own JSON reader and a plain Python loader,
 full analyses at scale, peak memory, and the growth curve, all measured in one run.
 
-    python benchmarks/run.py --quick          # under a minute
-    python benchmarks/run.py                  # the full run (1M tool calls; about 30 minutes on 2 cores)
+    python benchmarks/run.py --quick          # small corpora, every table: about 3 minutes on 2 cores
+    python benchmarks/run.py                  # the full run (1M tool calls; about 50 minutes on 2 cores)
     python benchmarks/run.py --json out.json  # also write every measurement as JSON
     python benchmarks/run.py --rounds 5       # each 1x loader measured 5 times (default 3)
     python benchmarks/run.py --plot out/      # also draw growth.svg and memory.svg (benchmarks/plot.py)
@@ -780,7 +780,7 @@ def run(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small corpora: under a minute")
+    parser.add_argument("--quick", action="store_true", help="small corpora, every table: about 3 minutes")
     parser.add_argument("--json", help="also write every measurement to this JSON file")
     parser.add_argument(
         "--plot", metavar="FOLDER", help="also draw the growth and memory figures there (benchmarks/plot.py)"
