@@ -15,18 +15,19 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import statistics
 import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from run import peak_mb
+
 from traceforge.report.svg import line_chart, standalone
 
 GROWTH_TARGET = 4.6  # at most 4.6x the time for 4x the input
 MEMORY_TARGET_MB = 3_000  # peak RSS under 3 GB for a 5 GB input
-BIG_FILES = {  # the big-file table's formats, as its measurements name them, and their labels
+BIG_FILES = {  # the big-file table's formats (a measurement's `format`) and their labels
     "transcripts": "big file: transcripts",
     "openai-log": "big file: gateway log",
     "otlp": "big file: OTel export",
@@ -39,35 +40,25 @@ class ResultsError(ValueError):
     """Measurements the figures cannot be drawn from."""
 
 
-def _growth_factor(measurement: dict[str, Any]) -> int | None:
-    found = re.fullmatch(r"growth-(\d+)x-\w+", measurement.get("corpus", ""))
-    return int(found.group(1)) if found else None
-
-
 def _input_mb(measurement: dict[str, Any]) -> float:
     try:
         return float(measurement["input_mb"])
     except KeyError:
         raise ResultsError(
             f"the {measurement.get('task')} of {measurement.get('corpus')} has no input size "
-            "(input_mb): these results were written by a benchmark/run.py older than its plots; "
+            "(input_mb): these results were written by a benchmarks/run.py older than its plots; "
             "run it again"
         ) from None
 
 
-def _peak_mb(measurement: dict[str, Any]) -> float:
-    """The peak RSS the tables print: all processes together, or the main one's where /proc is not."""
-    return measurement["rss_tree_mb"] or measurement["rss_self_mb"]
-
-
 def growth_series(measurements: Iterable[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
     """Per task (ingest, analyze, export), its (input MB, time over the 1x time) at each growth
-    size. A size measured more than once (the 1x ingest, once per loader round) counts its median
-    round, as the tables do."""
+    size (the measurements `run.py` tags with their `factor`). A size measured more than once (the
+    1x ingest, once per loader round) counts its median round, as the tables do."""
     times: dict[str, dict[int, list[float]]] = {}
     sizes: dict[int, float] = {}
     for m in measurements:
-        factor = _growth_factor(m)
+        factor = m.get("factor")
         if factor is None or m["task"] not in ("ingest", "analyze", "export"):
             continue
         times.setdefault(m["task"], {}).setdefault(factor, []).append(m["seconds"])
@@ -82,7 +73,10 @@ def growth_series(measurements: Iterable[dict[str, Any]]) -> dict[str, list[tupl
         base = by_factor[1]
         series[task] = [(sizes[f], by_factor[f] / base) for f in sorted(by_factor)]
     if not series:
-        raise ResultsError("no growth measurements (corpora growth-1x, -2x, -4x) in these results")
+        raise ResultsError(
+            "no growth measurements tagged with their factor (1x included): these results were written "
+            "by a benchmarks/run.py older than its plots, or by a run without the growth curve; run it again"
+        )
     return series
 
 
@@ -109,20 +103,20 @@ def growth_chart(results: dict[str, Any]) -> str:
 
 def memory_series(measurements: Iterable[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
     """(input MB, peak RSS MB) of the analyses of the mixed corpora (the growth sizes and the 1M
-    corpus), of the exports, and of each big file ingested alone (half of it and all of it)."""
+    corpus, tagged `analysis: scale`), of the exports, and of each big file ingested alone (its
+    `layout` half of it and all of it)."""
     series: dict[str, list[tuple[float, float]]] = {}
     for m in measurements:
-        corpus = m.get("corpus", "")
-        if m["task"] == "analyze" and (_growth_factor(m) or corpus.startswith("scale-")):
+        if m["task"] == "analyze" and (m.get("factor") or m.get("analysis") == "scale"):
             name = "analyze (mixed corpus)"
-        elif m["task"] == "export" and _growth_factor(m):
+        elif m["task"] == "export" and m.get("factor"):
             name = "export sft"
-        elif m["task"] == "ingest" and corpus.rsplit("-", 1)[-1] in ("half", "whole"):
-            name = BIG_FILES.get(corpus.rsplit("-", 1)[0])
+        elif m["task"] == "ingest" and m.get("layout") in ("half", "whole"):
+            name = BIG_FILES.get(m.get("format"))
         else:
             continue
         if name:
-            series.setdefault(name, []).append((_input_mb(m), _peak_mb(m)))
+            series.setdefault(name, []).append((_input_mb(m), peak_mb(m)))
     if not series:
         raise ResultsError("no analyses, exports or big-file ingests in these results")
     return {name: sorted(points) for name, points in series.items()}

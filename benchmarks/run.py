@@ -239,10 +239,15 @@ def measure(
     result["rss_tree_mb"] = None if peak.peak_mb is None else max(peak.peak_mb, result["rss_self_mb"])
     result["task"] = task
     result["corpus"] = corpus.name
-    result["input_mb"] = sum(p.stat().st_size for p in corpus.iterdir() if not p.name.startswith(".")) / 1e6
+    result["input_mb"] = input_mb(corpus)
     for stale in stale_files if not keep else ():
         stale.unlink(missing_ok=True)
     return result
+
+
+def input_mb(corpus: Path) -> float:
+    """The megabytes of input in a corpus folder: its files, not its hidden manifest."""
+    return sum(path.stat().st_size for path in corpus.iterdir() if not path.name.startswith(".")) / 1e6
 
 
 class _TreeMemory:
@@ -366,11 +371,11 @@ def big_file_table(mode: str, scratch: Path, workers: int | None, note: Any) -> 
         measured = {}
         for layout in ("split", "half", "whole", "array"):
             files = big_file_layout(source, scratch / f"{fmt}-{layout}", layout)
-            result = note(measure("ingest", files, scratch / INGEST_DB, workers))
-            result["layout"] = f"{fmt} {layout}"
-            measured[layout] = result
+            result = measure("ingest", files, scratch / INGEST_DB, workers)
+            result["format"], result["layout"] = fmt, layout
+            measured[layout] = note(result)
             shutil.rmtree(files)
-        baseline = measured["split"]["rss_tree_mb"] or measured["split"]["rss_self_mb"]
+        baseline = peak_mb(measured["split"])
         for label, layout in (
             ("half", "half"),
             ("whole", "whole"),
@@ -378,7 +383,6 @@ def big_file_table(mode: str, scratch: Path, workers: int | None, note: Any) -> 
             ("in 64 MB files", "split"),
         ):
             result = measured[layout]
-            rss = result["rss_tree_mb"] or result["rss_self_mb"]
             table.add_row(
                 f"{fmt}, {label}",
                 f"{result['input_mb']:,.0f}",
@@ -386,7 +390,7 @@ def big_file_table(mode: str, scratch: Path, workers: int | None, note: Any) -> 
                 f"{result['tool_calls']:,}",
                 f"{result['seconds']:.1f}",
                 _rss(result),
-                f"{rss / baseline:.2f}",
+                f"{peak_mb(result) / baseline:.2f}",
             )
     return table
 
@@ -424,10 +428,7 @@ def format_table(
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
         for source in files:
-            try:
-                os.link(source, folder / source.name)
-            except OSError:
-                shutil.copyfile(source, folder / source.name)
+            _link_or_copy(source, folder / source.name)
         loaders = compare_loaders(folder, scratch, rounds, workers)
         for result in loaders["rounds"]:
             result["format"] = fmt
@@ -461,10 +462,7 @@ def big_file_layout(source: Path, folder: Path, layout: str) -> Path:
     folder.mkdir(parents=True)
     target = folder / source.name
     if layout == "whole":
-        try:
-            os.link(source, target)
-        except OSError:
-            shutil.copyfile(source, target)
+        _link_or_copy(source, target)
         return folder
     if layout == "array":
         with source.open("rb") as lines, target.with_suffix(".json").open("wb") as out:
@@ -489,6 +487,14 @@ def big_file_layout(source: Path, folder: Path, layout: str) -> Path:
     if out is not None:
         out.close()
     return folder
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    """`source` at `target` too: a hard link where the file system allows, else a copy."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
 
 
 def compile_package() -> None:
@@ -551,6 +557,12 @@ def _mb(manifest: dict) -> float:
 
 def _cores(result: dict) -> float:
     return (result["cpu_self"] + result["cpu_workers"]) / result["seconds"] if result["seconds"] else 0.0
+
+
+def peak_mb(result: dict) -> float:
+    """A measurement's peak RSS: all its processes together, or its main process's where /proc
+    could not be sampled."""
+    return result["rss_tree_mb"] or result["rss_self_mb"]
 
 
 def _rss(result: dict) -> str:
@@ -629,7 +641,9 @@ def run(
     workers = workers or info["workers"]
     results: dict[str, Any] = {"mode": mode, "rounds": rounds, "machine": info, "measurements": []}
 
-    def note(result: dict) -> dict:
+    def note(result: dict, **tags: Any) -> dict:
+        """Keep `result`, with `tags` saying where it belongs (read by benchmarks/plot.py)."""
+        result.update(tags)
         results["measurements"].append(result)
         return result
 
@@ -648,13 +662,14 @@ def run(
         if factor == 1:
             loaders = compare_loaders(folder, scratch, rounds, workers)
             for result in loaders["rounds"]:
-                note(result)
+                note(result, factor=factor)
             entry["loaders"] = loaders
             entry["ingest"] = loaders["ingest"]
         else:
-            entry["ingest"] = note(measure("ingest", folder, scratch / INGEST_DB, workers))
-        entry["analyze"] = note(measure("analyze", folder, scratch / "analyze.duckdb", workers, keep=True))
-        entry["export"] = note(measure("export", folder, scratch / "analyze.duckdb"))
+            entry["ingest"] = note(measure("ingest", folder, scratch / INGEST_DB, workers), factor=factor)
+        analyzed = measure("analyze", folder, scratch / "analyze.duckdb", workers, keep=True)
+        entry["analyze"] = note(analyzed, factor=factor)
+        entry["export"] = note(measure("export", folder, scratch / "analyze.duckdb"), factor=factor)
         growth.append(entry)
     base = growth[0]
     loaders = base["loaders"]
@@ -741,7 +756,7 @@ def run(
         shape, tool_calls, traces = sizes[name]
         folder, manifest = corpus_for(f"{name}-{mode}", shape, tool_calls, traces)
         console.print(f"  {name}: {_mb(manifest):,.0f} MB")
-        result = note(measure("analyze", folder, scratch / "analyze.duckdb", workers))
+        result = note(measure("analyze", folder, scratch / "analyze.duckdb", workers), analysis=name)
         phases = result["phases"]
         label = {
             "scale": f"{manifest['totals']['tool_calls']:,} tool calls, mixed",

@@ -191,3 +191,55 @@ def test_results_without_input_sizes_are_refused_with_what_to_do(results, tmp_pa
     assert done.returncode == 1
     assert str(path) in done.stderr and "input_mb" in done.stderr and "run it again" in done.stderr
     assert not list(tmp_path.glob("*.svg"))
+
+
+def test_a_run_s_own_json_draws_its_figures(tmp_path, monkeypatch):
+    """What `run.py --json --plot` writes, the plots read: every table of a run (on tiny corpora,
+    each measurement stood in for by its input's size, so that no store is written) tags its
+    measurements as `plot.py` looks for them."""
+    import run as bench
+
+    def measured(task, corpus, db, workers=None, keep=False):
+        size = bench.input_mb(corpus)
+        return {
+            **dict.fromkeys(("cpu_workers", "tool_calls", "traces", "rows", "dag_traces"), 1),
+            "task": task,
+            "corpus": corpus.name,
+            "input_mb": size,
+            "seconds": size,
+            "cpu_self": size,
+            "rss_self_mb": 100.0,
+            "rss_tree_mb": 100.0 + size,
+            "phases": {"ingest": 1.0, "deps": 1.0, "profile": 1.0},
+        }
+
+    monkeypatch.setattr(bench, "CORPUS_ROOT", tmp_path / "corpora")
+    monkeypatch.setattr(bench, "measure", measured)
+    monkeypatch.setattr(bench, "compile_package", lambda: None)
+    tiny = {
+        "growth": 60,
+        "scale": ("mixed", 120, None),
+        "long": ("long", 20, None),
+        "small": ("small", None, 20),
+    }
+    monkeypatch.setitem(bench.SIZES, "quick", {**tiny, "big_file": 300, "big_responses": 40})
+    figures = tmp_path / "figures"
+
+    results = bench.run("quick", str(tmp_path / "results.json"), workers=1, rounds=1, plot=str(figures))
+
+    assert json.loads((tmp_path / "results.json").read_text())["measurements"] == json.loads(
+        json.dumps(results["measurements"], default=str)
+    )
+    growth = _polylines((figures / "growth.svg").read_text())
+    assert {title: len(points) for title, (kind, points) in growth.items() if kind == "mark"} == {
+        "ingest": 3,
+        "analyze": 3,
+        "export sft": 3,
+    }
+    memory = _polylines((figures / "memory.svg").read_text())
+    drawn = {title: len(points) for title, (kind, points) in memory.items() if kind == "mark"}
+    assert drawn == {
+        "analyze (mixed corpus)": 4,  # the growth sizes and the scale corpus, not the long or small one
+        "export sft": 3,
+        **dict.fromkeys(bench_plot.BIG_FILES.values(), 2),  # half and whole, not split or array
+    }
