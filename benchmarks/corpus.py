@@ -1014,30 +1014,26 @@ class _Writer:
             self.flush()
 
     def _write_session(self, run: Run, lines: list[str]) -> None:
-        stats = FileStats(f"{self.fmt}-{_uuid(run.uid, 0)}.jsonl", self.fmt)
+        suffix = ".jsonl.gz" if self.compress else ".jsonl"
+        stats = FileStats(f"{self.fmt}-{_uuid(run.uid, 0)}{suffix}", self.fmt)
         stats.traces, stats.llm_calls, stats.tool_calls = 1, len(run.steps), run.tool_calls
         stats.records = len(lines)
-        data = "".join(line + "\n" for line in lines).encode()
-        stats.bytes = len(data)
-        if self.compress:
-            stats.name += ".gz"
-            data = gzip.compress(data, compresslevel=1)
-        (self.out / stats.name).write_bytes(data)
-        self.manifest.files.append(stats)
+        stats.bytes = sum(len(line.encode()) + 1 for line in lines)
+        self._write(stats, lines)
 
     def flush(self) -> None:
         if not self.pending:
             return
         self.pending.sort(key=lambda item: item[0])
-        path = self.out / self.stats.name
-        data = "".join(line + "\n" for _, line in self.pending).encode()
-        if self.compress:
-            path.write_bytes(gzip.compress(data, compresslevel=1))
-        else:
-            path.write_bytes(data)
-        self.manifest.files.append(self.stats)
+        self._write(self.stats, [line for _, line in self.pending])
         self.pending = []
         self.stats = self._new_stats()
+
+    def _write(self, stats: FileStats, lines: list[str]) -> None:
+        """One file of `lines`, gzipped where the corpus is, counted in the manifest."""
+        data = "".join(line + "\n" for line in lines).encode()
+        (self.out / stats.name).write_bytes(gzip.compress(data, compresslevel=1) if self.compress else data)
+        self.manifest.files.append(stats)
 
 
 def generate(

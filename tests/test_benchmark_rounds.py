@@ -57,10 +57,9 @@ def test_each_format_is_measured_alone_on_its_own_files(tmp_path):
     written: dict[str, dict[str, int]] = {}
     for folder in (mixed, responses):
         for entry in json.loads((folder / bench.corpus_module.MANIFEST).read_text())["files"]:
-            totals = written.setdefault(entry["format"], {"tool_calls": 0, "bytes": 0, "files": 0})
+            totals = written.setdefault(entry["format"], {"tool_calls": 0, "bytes": 0})
             totals["tool_calls"] += entry["tool_calls"]
             totals["bytes"] += entry["bytes"]
-            totals["files"] += 1
     sources = [(fmt, mixed) for fmt in bench.corpus_module.FORMATS] + [("openai-responses", responses)]
     assert {fmt for fmt, _ in sources} <= set(written)  # every format has files to measure
     scratch = tmp_path / "scratch"
@@ -70,7 +69,7 @@ def test_each_format_is_measured_alone_on_its_own_files(tmp_path):
     table = bench.format_table(sources, scratch, rounds=1, workers=1, note=noted.append)
 
     assert table.row_count == len(sources)
-    assert [row for row in table.columns[0].cells] == [fmt for fmt, _ in sources]
+    assert list(table.columns[0].cells) == [fmt for fmt, _ in sources]
     for fmt, _ in sources:
         measured = {r["loader"]: r for r in noted if r["format"] == fmt}
         assert sorted(measured) == sorted(name for name, *_ in bench.LOADERS)

@@ -486,9 +486,9 @@ def _installed(*requirements: str, deps: bool = True) -> Path:
         return folder
     shutil.rmtree(folder, ignore_errors=True)
     command = [sys.executable, "-m", "pip", "install", "-q", "--target", str(folder), *requirements]
-    done = subprocess.run(
-        command + ([] if deps else ["--no-deps"]), capture_output=True, text=True, timeout=900
-    )
+    if not deps:
+        command.append("--no-deps")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
         message = f"cannot install {' '.join(requirements)} from the package registry: {done.stderr[-800:]}"
         if os.environ.get("CI"):
@@ -521,7 +521,7 @@ def test_the_object_store_tests_run_under_a_duckdb_with_an_httpfs_build(tmp_path
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(first), os.environ.get("PYTHONPATH")])),
     }
-    child = [
+    command = [
         sys.executable,
         "-c",
         CHILD_PYTEST,
@@ -533,7 +533,7 @@ def test_the_object_store_tests_run_under_a_duckdb_with_an_httpfs_build(tmp_path
         "needs_httpfs",
     ]
     done = subprocess.run(
-        [*child, f"--junitxml={report}", __file__],
+        [*command, f"--junitxml={report}", __file__],
         capture_output=True,
         text=True,
         timeout=600,
