@@ -7,8 +7,10 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
+import os
 import shutil
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import polars as pl
@@ -56,6 +58,45 @@ def test_workers_give_the_store_a_serial_ingest_gives(small_corpus, tmp_path):
     assert snapshot(tmp_path / "parallel.duckdb") == expected
 
 
+def test_small_files_go_to_a_worker_several_at_a_time_to_the_same_store(small_corpus, tmp_path, monkeypatch):
+    """Thousands of small files (Claude Code sessions) cost a frame per table each, about 2 ms
+    whatever their size, and a message back: consecutive small files are one worker task, their
+    rows made and sent together, and each file's rows are its slice of them."""
+    folder, _ = small_corpus
+    tasks: list[list[str]] = []
+    spied = parallel.ordered_map
+
+    def spy(function, items, workers, shared=()):
+        items = list(items)
+        tasks.extend(items)
+        return spied(function, items, workers, shared)
+
+    monkeypatch.setattr(parallel, "ordered_map", spy)
+    monkeypatch.setattr(parallel, "GROUP_BYTES", 1 << 20)  # the corpus's 3 MB in several tasks
+    grouped = ingest(tmp_path / "grouped.duckdb", [folder], workers=2)
+    files = [f.path for f in grouped.files]
+    assert [path for task in tasks for path in task] == files  # every file once, in its order
+    assert 1 < len(tasks) < len(files) and max(map(len, tasks)) > 1
+    for task in tasks:
+        assert len(task) == 1 or sum(os.path.getsize(path) for path in task) <= parallel.GROUP_BYTES
+    monkeypatch.setattr(parallel, "GROUP_BYTES", 0)  # every file a task alone
+    tasks.clear()
+    alone = ingest(tmp_path / "alone.duckdb", [folder], workers=2)
+    assert len(tasks) == len(files)
+    assert [asdict(f) for f in alone.files] == [asdict(f) for f in grouped.files]
+    assert snapshot(tmp_path / "grouped.duckdb") == snapshot(tmp_path / "alone.duckdb")
+
+
+def test_file_groups_hold_consecutive_small_files_and_a_big_or_unreadable_file_alone(tmp_path):
+    sizes = {"a": 100, "b": 100, "c": 900, "d": 50, "e": 50, "f": 50, "g": 2000}
+    for name, size in sizes.items():
+        (tmp_path / name).write_bytes(b"x" * size)
+    paths = [str(tmp_path / name) for name in [*sizes, "missing"]]
+    groups = parallel.file_groups(paths, max_bytes=1000, max_files=2)
+    named = [[Path(path).name for path in group] for group in groups]
+    assert named == [["a", "b"], ["c", "d"], ["e", "f"], ["g"], ["missing"]]
+
+
 def test_workers_hand_their_rows_back_through_files_beside_the_store_removed_at_the_end(
     small_corpus, tmp_path, monkeypatch
 ):
@@ -88,15 +129,21 @@ def test_workers_hand_their_rows_back_through_files_beside_the_store_removed_at_
     assert (tmp_path / "scratch").is_dir() and not list((tmp_path / "scratch").iterdir())
 
 
+def prepared(path: str, **spool) -> parallel.Prepared:
+    (outcome,) = parallel.prepare_files([path], "auto", {}, set(), **spool)
+    return outcome.prepared
+
+
 def test_spooled_rows_load_back_as_they_were(small_corpus, tmp_path):
     folder, _ = small_corpus
     path = str(sorted(folder.glob("openai-log-*.jsonl"))[0])
-    kept = parallel.prepare_file(path, "auto", {}, set()).prepared
-    spooled = parallel.prepare_file(path, "auto", {}, set(), spool=str(tmp_path), spool_min_bytes=1).prepared
-    assert not spooled.frames and set(spooled.spooled) == set(kept.frames)
-    assert all(Path(file).parent == tmp_path for file in spooled.spooled.values())
+    kept = prepared(path)
+    spooled = prepared(path, spool=str(tmp_path), spool_min_bytes=1)
+    assert not spooled.shared.frames and set(spooled.shared.spooled) == set(kept.shared.frames)
+    assert all(Path(file).parent == tmp_path for file in spooled.shared.spooled.values())
     spooled.load()
-    assert not list(tmp_path.iterdir()) and not spooled.spooled
+    kept.load()
+    assert not list(tmp_path.iterdir()) and not spooled.shared.spooled
     for table, frame in kept.frames.items():
         timeless = [name for name, kind in frame.schema.items() if kind != pl.Datetime(time_zone="UTC")]
         assert spooled.frames[table].schema == frame.schema
@@ -104,8 +151,8 @@ def test_spooled_rows_load_back_as_they_were(small_corpus, tmp_path):
     # a spool that cannot be written to (here a file, not a folder): the rows stay, to go pickled
     blocked = tmp_path / "not-a-folder"
     blocked.write_text("")
-    unspooled = parallel.prepare_file(path, "auto", {}, set(), spool=str(blocked)).prepared
-    assert not unspooled.spooled and set(unspooled.frames) == set(kept.frames)
+    unspooled = prepared(path, spool=str(blocked))
+    assert not unspooled.shared.spooled and set(unspooled.shared.frames) == set(kept.frames)
     assert list(tmp_path.iterdir()) == [blocked]
 
 
@@ -115,13 +162,15 @@ def test_a_small_file_s_rows_go_back_pickled_and_a_big_one_s_through_files(small
     ingest so, 34 s with their rows pickled."""
     folder, _ = small_corpus
     path = str(sorted(folder.glob("openai-log-*.jsonl"))[0])
-    size = parallel.prepare_file(path, "auto", {}, set()).prepared.bytes
+    whole = prepared(path)
+    whole.load()
+    size = whole.bytes
     spool = tmp_path / "spool"
     spool.mkdir()
-    small = parallel.prepare_file(path, "auto", {}, set(), spool=str(spool), spool_min_bytes=size + 1)
-    assert small.prepared.frames and not small.prepared.spooled and not list(spool.iterdir())
-    big = parallel.prepare_file(path, "auto", {}, set(), spool=str(spool), spool_min_bytes=size)
-    assert not big.prepared.frames and len(list(spool.iterdir())) == len(big.prepared.spooled) > 0
+    small = prepared(path, spool=str(spool), spool_min_bytes=size + 1)
+    assert small.shared.frames and not small.shared.spooled and not list(spool.iterdir())
+    big = prepared(path, spool=str(spool), spool_min_bytes=size)
+    assert not big.shared.frames and len(list(spool.iterdir())) == len(big.shared.spooled) > 0
     assert parallel.SPOOL_MIN_BYTES < 64 << 20  # a rotated log's 64 MB file still goes through files
 
 

@@ -18,7 +18,7 @@ from split_traces import content, ingest
 import traceforge.ingest
 from traceforge import store
 from traceforge.ingest import _parse_file, ingest_paths, writer
-from traceforge.ingest.parallel import prepare_file
+from traceforge.ingest.parallel import prepare_files
 from traceforge.ingest.sources import sha256_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -72,8 +72,9 @@ def test_a_result_answering_another_conversation_s_call_keeps_its_id(tmp_path):
 
 
 def check_renamed(tmp_path: Path, path: Path) -> dict:
-    """`path`'s rows, parsed by a worker without the store and renamed against a store holding its
-    ids, compared to the rows a parse in the main process gives; the renamed rows."""
+    """`path`'s rows, parsed by a worker without the store (in a task with another file) and renamed
+    against a store holding its ids, compared to the rows a parse in the main process gives; the
+    renamed rows."""
     con = store.connect(tmp_path / "store.duckdb")
     try:
         ingest_paths(con, [path], workers=1)  # the store now holds every id of the file
@@ -82,8 +83,11 @@ def check_renamed(tmp_path: Path, path: Path) -> dict:
         parsed = [_parse_file(copy, sha256_file(copy), None) for copy in copies]
         ids = writer._assign_ids(con, [writer.names_of(p) for p in parsed])  # as a batch: file 1 second
         expected = writer.rows_of(parsed[1], ids, file_no=1)
-        prepared = prepare_file(str(copies[1]), "auto", {}, set()).prepared
-        assert prepared is not None
+        # parsed in one worker task after another file: its rows are a slice of the task's
+        _, outcome = prepare_files([str(copy) for copy in copies], "auto", {}, set())
+        prepared = outcome.prepared
+        assert prepared is not None and prepared.spans["traces"][0] > 0
+        prepared.load()
         renamed = writer.renamed(prepared.frames, prepared.names, ids, file_no=1)
     finally:
         con.close()

@@ -138,7 +138,7 @@ def _send(stream: BinaryIO, value: Any) -> None:
     """Pickle `value` straight into the pipe: the pickle is not held whole on either side (the
     receiving `pickle.load` reads exactly one pickle). An object that serialises itself (a polars
     frame does, whole) is held twice while it is sent: big tables are better sent as files
-    (`ingest.parallel.Prepared.spool`)."""
+    (`ingest.parallel.SharedRows.spool`)."""
     pickle.dump(value, stream, protocol=pickle.HIGHEST_PROTOCOL)
     stream.flush()
 

@@ -10,13 +10,14 @@ another file, a source that reuses tool call ids across files) is given its ids 
 exactly as the serial ingest would, from the names the worker sent with its rows (`writer.renamed`):
 it is not parsed again. So the store ends up the same whichever way a file went.
 
-The workers are `traceforge.workers` processes: at most two files per worker are in flight, so
-memory stays bounded by a few files' rows however many files there are. A worker hands a file's
-rows back as Arrow files in a hidden folder beside the store (`Prepared.spool`), read back when the
-file's turn comes (`Prepared.load`): pickled, the frames were serialised whole first. A small file's
-rows (under `SPOOL_MIN_BYTES`) go back pickled: thousands of small files (a team's Claude Code
-sessions) would otherwise cost five files written, read and removed each, in the process that
-writes the store.
+The workers are `traceforge.workers` processes: at most two tasks per worker are in flight, so
+memory stays bounded by a few files' rows however many files there are. A task is one file, or
+several small ones (`file_groups`): thousands of small files (a team's Claude Code sessions) would
+otherwise each cost a frame per table (about 2 ms whatever the file's size) and a message back. A
+worker hands a task's rows back as Arrow files in a hidden folder beside the store
+(`SharedRows.spool`), read back when the first file's turn comes (`Prepared.load`): pickled, the
+frames were serialised whole first. Rows under `SPOOL_MIN_BYTES` go back pickled: five files
+written, read and removed cost more than such rows' parsing, in the process that writes the store.
 """
 
 from __future__ import annotations
@@ -45,9 +46,13 @@ from traceforge.workers import ordered_map
 
 # Below this many bytes of input, starting worker processes costs more than it saves.
 PARALLEL_MIN_BYTES = 32 << 20
-# A worker's rows smaller than this go back pickled, not through files (`Prepared.spool`): for a
+# A worker's rows smaller than this go back pickled, not through files (`SharedRows.spool`): for a
 # small file, writing, reading back and removing five files cost more than its parsing.
 SPOOL_MIN_BYTES = 1 << 20
+# Files smaller than this in all on disk, and no more than `GROUP_FILES` of them, are parsed in one
+# worker task (`file_groups`); a bigger file is a task alone.
+GROUP_BYTES = 4 << 20
+GROUP_FILES = 64
 # More frames than this in one insert, small on average, are copied into one chunk first (`_concat`).
 RECHUNK_FRAMES = 64
 ID_COLUMNS = {"traces": "trace_id", "llm_calls": "call_id", "tool_calls": "tool_call_id"}
@@ -66,14 +71,11 @@ class Outcome:
 
 
 @dataclass
-class Prepared:
-    """One parsed file as rows ready to insert, with its report."""
+class SharedRows:
+    """The rows of the files of one worker task as a frame per table, handed back pickled or,
+    `spool`ed, through Arrow files."""
 
-    path: str
-    sha256: str
-    report: Any  # traceforge.ingest.FileReport
-    names: writer.FileNames  # what its ids were made from: to name them again (`writer.renamed`)
-    frames: dict[str, pl.DataFrame] = field(default_factory=dict)
+    frames: dict[str, pl.DataFrame]
     spooled: dict[str, str] = field(default_factory=dict)  # table -> the Arrow IPC file of its frame
 
     def spool(self, folder: str, min_bytes: int = 0) -> None:
@@ -82,7 +84,7 @@ class Prepared:
         2.7 times the frames' size at once (measured: 330 to 655 MB for a 64 MB file). Frames of
         under `min_bytes` in all are kept, to go pickled (`SPOOL_MIN_BYTES`); so are those whose
         files cannot be written (a full disk)."""
-        if self.bytes < min_bytes:
+        if sum(frame.estimated_size() for frame in self.frames.values()) < min_bytes:
             return
         stem = os.path.join(folder, uuid.uuid4().hex)
         try:
@@ -99,12 +101,30 @@ class Prepared:
 
     def load(self) -> None:
         """Read the spooled frames back, removing their files (where the system lets a file that is
-        read go: elsewhere the spool's folder goes at the end of the ingest)."""
+        read go: elsewhere the spool's folder goes at the end of the ingest); once for a task."""
         for table, path in self.spooled.items():
             self.frames[table] = pl.read_ipc(path)
             with contextlib.suppress(OSError):
                 os.unlink(path)
         self.spooled = {}
+
+
+@dataclass
+class Prepared:
+    """One parsed file as rows ready to insert, with its report."""
+
+    path: str
+    sha256: str
+    report: Any  # traceforge.ingest.FileReport
+    names: writer.FileNames  # what its ids were made from: to name them again (`writer.renamed`)
+    spans: dict[str, tuple[int, int]]  # table -> (first row, rows) of its rows in `shared`
+    shared: SharedRows | None = None  # its task's rows
+    frames: dict[str, pl.DataFrame] = field(default_factory=dict)  # its own rows, once `load`ed
+
+    def load(self) -> None:
+        """Its rows, sliced from its task's (no copy)."""
+        self.shared.load()
+        self.frames = {table: self.shared.frames[table].slice(*span) for table, span in self.spans.items()}
 
     @property
     def rows(self) -> int:
@@ -115,8 +135,29 @@ class Prepared:
         return sum(frame.estimated_size() for frame in self.frames.values())
 
 
-def prepare_file(
-    path_text: str,
+def file_groups(paths: list[str], max_bytes: int, max_files: int) -> list[list[str]]:
+    """`paths` in their order as worker tasks: consecutive files of under `max_bytes` in all on
+    disk, `max_files` at most, together; a bigger file (or one that cannot be read) alone."""
+    groups: list[list[str]] = []
+    group: list[str] = []
+    held = 0
+    for path in paths:
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            size = max_bytes  # alone: its worker reports it
+        if group and (held + size > max_bytes or len(group) >= max_files):
+            groups.append(group)
+            group, held = [], 0
+        group.append(path)
+        held += size
+    if group:
+        groups.append(group)
+    return groups
+
+
+def prepare_files(
+    paths: list[str],
     fmt: str,
     known: dict[str, str],
     shas: set[str],
@@ -124,40 +165,60 @@ def prepare_file(
     parts_min_bytes: int | None = None,
     spool: str | None = None,
     spool_min_bytes: int = 0,
-) -> Outcome:
-    """Hash and parse one file into rows, as a worker does (`known`: path -> sha256 in the store,
+) -> list[Outcome]:
+    """Hash and parse files into rows, as a worker does a task (`known`: path -> sha256 in the store,
     `shas`: its values; `in_parts`: the files the main process parses, to write them in parts, as it
     does a file found to hold `parts_min_bytes` or more once read: `BiggerThanItsTrailerSays`;
-    `spool`: the folder to write the rows to, if they hold `spool_min_bytes` or more, `Prepared.spool`)."""
+    `spool`: the folder to write the rows to, if they hold `spool_min_bytes` or more,
+    `SharedRows.spool`). The files' rows are made into one frame per table, each file's `Prepared`
+    knowing its rows' place in them."""
     from traceforge.ingest import BiggerThanItsTrailerSays, _file_report, _parse_file, _resolve_adapter
 
-    path = Path(path_text)
-    try:
-        sha = sha256_file(path)
-    except OSError as exc:
-        return Outcome(path_text, None, "unreadable", message=f"cannot read the file: {exc}")
-    if known.get(path_text) == sha:
-        return Outcome(path_text, sha, "unchanged")
-    if sha in shas:
-        return Outcome(path_text, sha, "duplicate")
-    if path_text in in_parts:
-        return Outcome(path_text, sha, "in parts")
-    try:
-        parsed = _parse_file(path, sha, _resolve_adapter(fmt), parts_min_bytes)
-    except BiggerThanItsTrailerSays:
-        return Outcome(path_text, sha, "in parts")
-    parsed.replaces = path_text in known
-    report = _file_report(parsed)
-    names = writer.names_of(parsed)
-    ids = writer._assign_ids(None, [names])
     rows = writer.Rows()
-    writer._add_file(rows, parsed, ids)
-    del parsed, ids  # the rows hold what is kept: a big file's parsed objects go before its frames
-    frames = {table: rows.frame(table) for table in writer.SCHEMAS if rows.count(table)}
-    prepared = Prepared(path_text, sha, report, names, frames)
+    outcomes = []
+    for path_text in paths:
+        path = Path(path_text)
+        try:
+            sha = sha256_file(path)
+        except OSError as exc:
+            outcomes.append(Outcome(path_text, None, "unreadable", message=f"cannot read the file: {exc}"))
+            continue
+        if known.get(path_text) == sha:
+            outcomes.append(Outcome(path_text, sha, "unchanged"))
+            continue
+        if sha in shas:
+            outcomes.append(Outcome(path_text, sha, "duplicate"))
+            continue
+        if path_text in in_parts:
+            outcomes.append(Outcome(path_text, sha, "in parts"))
+            continue
+        try:
+            parsed = _parse_file(path, sha, _resolve_adapter(fmt), parts_min_bytes)
+        except BiggerThanItsTrailerSays:
+            outcomes.append(Outcome(path_text, sha, "in parts"))
+            continue
+        parsed.replaces = path_text in known
+        report = _file_report(parsed)
+        names = writer.names_of(parsed)
+        ids = writer._assign_ids(None, [names])
+        before = {table: rows.count(table) for table in writer.SCHEMAS}
+        writer._add_file(rows, parsed, ids)
+        del parsed, ids  # the rows hold what is kept: a big file's parsed objects go before its frames
+        spans = {
+            table: (first, rows.count(table) - first)
+            for table, first in before.items()
+            if rows.count(table) > first
+        }
+        outcomes.append(
+            Outcome(path_text, sha, "parsed", prepared=Prepared(path_text, sha, report, names, spans))
+        )
+    shared = SharedRows({table: rows.frame(table) for table in writer.SCHEMAS if rows.count(table)})
     if spool is not None:
-        prepared.spool(spool, spool_min_bytes)
-    return Outcome(path_text, sha, "parsed", prepared=prepared)
+        shared.spool(spool, spool_min_bytes)
+    for outcome in outcomes:
+        if outcome.prepared is not None:
+            outcome.prepared.shared = shared
+    return outcomes
 
 
 def spool_parent(con: duckdb.DuckDBPyConnection) -> str | None:
@@ -181,9 +242,9 @@ def _prepare(
     parts_min_bytes: int,
     spool: str,
     spool_min_bytes: int,
-    path_text: str,
-) -> Outcome:
-    return prepare_file(path_text, fmt, known, shas, in_parts, parts_min_bytes, spool, spool_min_bytes)
+    paths: list[str],
+) -> list[Outcome]:
+    return prepare_files(paths, fmt, known, shas, in_parts, parts_min_bytes, spool, spool_min_bytes)
 
 
 def parse_in_pool(
@@ -198,16 +259,18 @@ def parse_in_pool(
     """Outcomes of `files`, in their order, parsed by `workers` processes, but for the files
     `in_parts` (only hashed: this process writes them in parts, `traceforge.ingest.parts`) and those
     found to hold `parts_min_bytes` or more once read (`BiggerThanItsTrailerSays`). The workers hand
-    their rows back through files (`Prepared.spool`; `Prepared.load` reads them) in a hidden folder
+    their rows back through files (`SharedRows.spool`; `Prepared.load` reads them) in a hidden folder
     made in `spool` (`spool_parent`; a folder walk skips it), removed once every outcome is taken;
-    rows of under `SPOOL_MIN_BYTES` go back pickled."""
+    rows of under `SPOOL_MIN_BYTES` go back pickled. Small files go to a worker several at a time
+    (`file_groups`)."""
     if spool:
         os.makedirs(spool, exist_ok=True)
     folder = tempfile.mkdtemp(prefix=".traceforge-rows-", dir=spool)
     shared = (fmt, known, set(known.values()), in_parts, parts_min_bytes, folder, SPOOL_MIN_BYTES)
-    paths = [str(path) for path in files]
+    tasks = file_groups([str(path) for path in files], GROUP_BYTES, GROUP_FILES)
     try:
-        yield from ordered_map("traceforge.ingest.parallel:_prepare", paths, workers, shared)
+        for outcomes in ordered_map("traceforge.ingest.parallel:_prepare", tasks, workers, shared):
+            yield from outcomes
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
