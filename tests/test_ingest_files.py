@@ -355,3 +355,54 @@ def test_analyze_names_a_big_file_too_and_quotes_its_path_for_the_shell(tmp_path
         "(mkdir parts && split -C 64m -d --additional-suffix=.jsonl 'agent logs/gateway.jsonl' "
         "parts/part-)" in result.stderr
     )
+
+
+def test_many_files_are_listed_a_line_per_folder_and_each_with_v(runner, tmp_path):
+    logs = tmp_path / "logs"
+    for i in range(25):
+        write_jsonl(logs / "team-a" / f"session-{i:02}.jsonl", conversation(f"alpha {i}"))
+    for i in range(3):
+        write_jsonl(logs / "team-b" / f"session-{i}.jsonl", conversation(f"bravo {i}", n_tools=1))
+    with open(logs / "team-b" / "session-0.jsonl", "a") as fh:
+        fh.write('{"request": {"model": "gpt-4o", "messa\n')
+    (logs / "team-b" / "notes.jsonl").write_text('{"theme": "dark"}\n')
+
+    def folder_lines(db: Path) -> dict[str, str]:
+        result = runner.invoke(cli, ["ingest", str(logs), "--db", str(db)])
+        assert result.exit_code == 0, result.output
+        lines = result.output.splitlines()
+        assert not [line for line in lines if "session-" in line or "agent.jsonl" in line]
+        assert [line for line in lines if line.startswith("error:") and "notes.jsonl" in line]
+        read = sum(1 for path in logs.rglob("*.jsonl") if path.name != "notes.jsonl")
+        assert f"({read} files read, a line per folder" in result.output
+        con = store.connect(db, read_only=True)
+        found = {}
+        for team in ("team-a", "team-b"):
+            (line,) = [line for line in lines if line.strip().startswith("new") and f"{team}/" in line]
+            traces, llm_calls, tool_calls, rejected, files = con.execute(
+                "SELECT sum(traces), "
+                "(SELECT count(*) FROM llm_calls JOIN traces USING (trace_id) WHERE source_path LIKE $1), "
+                "(SELECT count(*) FROM tool_calls JOIN traces USING (trace_id) WHERE source_path LIKE $1), "
+                "sum(rejected), count(*) FROM sources WHERE path LIKE $1 AND error IS NULL",
+                [f"%/{team}/%"],
+            ).fetchone()
+            assert line.split()[:3] == ["new", str(files), "files"]
+            assert f"openai-chat: {traces} traces, {llm_calls} LLM calls, {tool_calls} tool calls" in line
+            assert (f"{rejected} rejected" in line) == (team == "team-b")
+            found[team] = line
+        con.close()
+        return found
+
+    lines = folder_lines(tmp_path / "s.duckdb")
+    assert "folders in it" not in " ".join(lines.values())
+    # A folder per session, as Claude Code keeps a session's subagents: 23 folders, past the 20
+    # lines, so team-a's line holds the folders in it.
+    for i in range(21):
+        path = logs / "team-a" / f"session-{i:02}" / "subagents" / "agent.jsonl"
+        write_jsonl(path, conversation(f"agent {i}"))
+    lines = folder_lines(tmp_path / "t.duckdb")
+    assert "team-a/ and the folders in it" in lines["team-a"] and "folders in it" not in lines["team-b"]
+
+    listed = runner.invoke(cli, ["ingest", str(logs), "--db", str(tmp_path / "v.duckdb"), "-v"])
+    assert len([line for line in listed.output.splitlines() if "jsonl" in line and "new" in line]) == 49
+    assert "a line per folder" not in listed.output

@@ -27,7 +27,9 @@ from traceforge.report.terminal import render_big_file, render_ingest
 @format_option
 @strict_option
 @json_option
-@click.option("-v", "--verbose", is_flag=True, help="List unchanged files too.")
+@click.option(
+    "-v", "--verbose", is_flag=True, help="List every file: unchanged ones too, and each of many files read."
+)
 def ingest(paths, db, fmt, strict, as_json, verbose):
     """Load trace files into the store (files, folders, globs, .gz).
 

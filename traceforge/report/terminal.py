@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from traceforge.analysis.summary import cached_text
-from traceforge.ingest import IngestReport
+from traceforge.ingest import FileReport, IngestReport
 
 
 def human(n: float | int | None) -> str:
@@ -78,6 +78,11 @@ def render_unfinished(console: Console, paths: list[str]) -> None:
         )
 
 
+# Past this many new or changed files, they are listed a line per folder and format rather than a
+# line each: a folder of Claude Code sessions holds thousands of files. `ingest -v` lists each.
+FILES_LISTED = 20
+
+
 def render_ingest(console: Console, report: IngestReport, verbose: bool = False) -> None:
     totals = report.totals()
     for problem in report.problems:
@@ -86,18 +91,14 @@ def render_ingest(console: Console, report: IngestReport, verbose: bool = False)
     for file in report.files:
         if file.status == "failed":
             console.print(f"[red]error:[/] {display_path(file.path)}: {file.message}")
-        elif verbose or file.status in ("new", "changed"):
-            detail = (
-                (
-                    f"{file.format}: {file.traces} traces, {file.llm_calls} LLM calls, "
-                    f"{file.tool_calls} tool calls"
-                    + (f", [yellow]{file.rejected} rejected[/]" if file.rejected else "")
-                    + (f", {sum(file.skipped.values())} skipped" if file.skipped else "")
-                )
-                if file.status in ("new", "changed")
-                else (file.message or "")
-            )
-            console.print(f"{file.status:>9} {display_path(file.path)}  {detail}")
+    read = [f for f in report.files if f.status in ("new", "changed")]
+    if len(read) > FILES_LISTED and not verbose:
+        _render_folders(console, read)
+    else:
+        for file in report.files:
+            if file.status != "failed" and (verbose or file.status in ("new", "changed")):
+                detail = _read_detail([file]) if file.status in ("new", "changed") else (file.message or "")
+                console.print(f"{file.status:>9} {display_path(file.path)}  {detail}")
     parts = [
         f"{totals['files_new']} new",
         f"{totals['files_changed']} changed",
@@ -135,6 +136,42 @@ def render_ingest(console: Console, report: IngestReport, verbose: bool = False)
         )
     if totals["files_unchanged"] and not (totals["files_new"] or totals["files_changed"]):
         console.print("Nothing new: every file was ingested before with the same content.")
+
+
+def _read_detail(files: list[FileReport]) -> str:
+    """What read files of one format gave, summed."""
+    rejected = sum(f.rejected for f in files)
+    skipped = sum(sum(f.skipped.values()) for f in files)
+    return (
+        f"{files[0].format}: {sum(f.traces for f in files)} traces, "
+        f"{sum(f.llm_calls for f in files)} LLM calls, {sum(f.tool_calls for f in files)} tool calls"
+        + (f", [yellow]{rejected} rejected[/]" if rejected else "")
+        + (f", {skipped} skipped" if skipped else "")
+    )
+
+
+def _render_folders(console: Console, read: list[FileReport]) -> None:
+    """The files read, a line per status, folder and format, in the order the folders came; folders
+    taken together with the folders in them where that keeps the lines to `FILES_LISTED` (a Claude
+    Code session's subagents have a folder of their own)."""
+    folders = [Path(os.path.dirname(file.path)).parts for file in read]
+    top = len(Path(os.path.commonpath([os.path.join(*parts) for parts in folders])).parts)
+    for depth in range(max(map(len, folders)), top - 1, -1):
+        groups: dict[tuple[str, tuple[str, ...], str | None], list[tuple[FileReport, tuple[str, ...]]]] = {}
+        for file, parts in zip(read, folders, strict=True):
+            groups.setdefault((file.status, parts[:depth], file.format), []).append((file, parts))
+        if len(groups) <= FILES_LISTED:
+            break
+    for (status, folder, _format), members in groups.items():
+        files = [file for file, _ in members]
+        deeper = " and the folders in it" if any(len(parts) > len(folder) for _, parts in members) else ""
+        shown = os.path.join(display_path(os.path.join(*folder)), "")
+        console.print(f"{status:>9} {plural(len(files), 'file')} in {shown}{deeper}  {_read_detail(files)}")
+    query = "SELECT path, format, traces, rejected FROM sources"
+    console.print(
+        f"({len(read)} files read, a line per folder; the store's `sources` table holds a row per "
+        f'file: traceforge sql "{query}")'
+    )
 
 
 def render_summary(console: Console, summary: dict[str, Any], db: str) -> None:
