@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 
 import duckdb
 import pytest
@@ -18,7 +19,7 @@ from rich.console import Console
 
 from traceforge.cli import cli
 from traceforge.cli.sql import shell_binary
-from traceforge.report.terminal import render_report
+from traceforge.report.terminal import render_report, workload_labels
 
 SECTIONS = (
     "Where spend goes",
@@ -402,3 +403,61 @@ def test_chart_labels_stay_inside_their_charts(runner, tmp_path, chromium):
     # the legend stands right of every line, where none runs under it
     assert len(legend_past_lines) == 8 and min(legend_past_lines) > 0, legend_past_lines
     assert "for the 8 workloads with most spend" in caption
+
+
+def test_path_workloads_are_shown_by_their_last_folders_in_every_table(runner, tmp_path):
+    """Claude Code's workload is the project's folder: at 80 columns `/home/dev/projects/coding-agent`
+    folded over three lines of each table. Tables show a path by as few last folders as tell it
+    apart (`…/team-b/coding-agent` beside `…/projects/coding-agent`); the JSON keeps the path."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import corpus as bench_corpus
+
+    folder = tmp_path / "sessions"
+    bench_corpus.generate(folder, tool_calls=300, only="claude-code")
+    session = next(p for p in sorted(folder.glob("*.jsonl")) if "/projects/coding-agent" in p.read_text())
+    text = session.read_text()
+    # the same project in another folder: a session of its own (its own ids)
+    prefix = json.loads(text.splitlines()[0])["sessionId"][:8]
+    moved = text.replace("/home/dev/projects/", "/srv/team-b/").replace(prefix, "9" + prefix[1:])
+    (folder / "moved.jsonl").write_text(moved.replace('"msg_', '"msg_9').replace('"req_', '"req_9'))
+    # and the session resumed from another folder: its calls copies of the first session's, so that
+    # folder's workload has no LLM call of its own (its profile once failed on the missing timing)
+    resumed = text.replace("/home/dev/projects/", "/srv/team-c/").replace(prefix, "8" + prefix[1:])
+    (folder / "resumed.jsonl").write_text(resumed)
+    db, out = tmp_path / "store.duckdb", tmp_path / "out"
+    analyzed = runner.invoke(
+        cli, ["analyze", str(folder), "--db", str(db), "--out", str(out)], env={"COLUMNS": "80"}
+    )
+    assert analyzed.exit_code == 0, analyzed.output
+    summary = json.loads((out / "summary.json").read_text())
+    workloads = {row["workload"] for row in summary["by_workload_model"]}
+    assert {"/home/dev/projects/coding-agent", "/srv/team-b/coding-agent"} <= workloads
+    (copied,) = [row for row in summary["inference"] if row["workload"] == "/srv/team-c/coding-agent"]
+    assert copied["tool_gap_ms"] == {"p50": None, "p90": None, "p99": None}
+    shown = set(re.findall(r"…/[\w/-]+", analyzed.output))
+    assert {"…/projects/coding-agent", "…/team-b/coding-agent", "…/team-c/coding-agent"} <= shown
+    tables = analyzed.output.split("What to post-train first")[0]  # its picks name the whole path
+    assert not re.search(r"^\s*(\d+\s+)?/(home|srv)/", tables, re.MULTILINE)
+    assert "…/NAME: a workload by its last folders" in analyzed.output
+    for command in (["deps"], ["profile", "--out", str(tmp_path / "profile")]):
+        shown = runner.invoke(cli, [*command, "--db", str(db)], env={"COLUMNS": "80"})
+        assert shown.exit_code == 0, shown.output
+        assert "…/team-b/" in shown.output and "…/NAME" in shown.output, command
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        ["/a/x/y", "/b/x/y", "/c/z"],
+        ["/x/y", "/a/x/y", "y"],
+        ["~/work/api", "/srv/api", "/home/dev/projects/long-project-name", None],
+    ],
+)
+def test_workload_labels_tell_every_workload_apart_and_never_lengthen_one(names):
+    labels = workload_labels(names)
+    named = [name for name in names if name]
+    assert set(labels) == set(named)
+    assert len(set(labels.values())) == len(named)
+    for name, label in labels.items():
+        assert len(label) <= len(name)
+        assert label == name or (label.startswith("…/") and name.endswith(label[1:]))

@@ -92,7 +92,8 @@ ALL = "(all)"
 
 def gap_stats(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Any]]:
     """Per workload (from `trace_workloads`), and for all of them under `ALL`: tool and user gap
-    distributions in ms, turns (LLM calls) per trace, and session duration in seconds."""
+    distributions in ms, turns (LLM calls) per trace, and session duration in seconds. A workload
+    with no LLM call of its own is left out (`no_timing`)."""
     gaps = con.execute(
         """
         WITH running AS (
@@ -151,14 +152,24 @@ def gap_stats(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Any]]:
             turns[key].append(count)
             if session_s is not None:
                 sessions[key].append(session_s)
-    out = {}
-    for workload in set(turns) | set(by_kind):
-        kinds = by_kind.get(workload, {})
-        out[workload] = {
-            "turns_per_trace": percentiles(turns.get(workload, [])),
-            "session_s": percentiles(sessions.get(workload, [])),
-            "tool_gap_ms": percentiles(kinds.get("tool", [])),
-            "user_gap_ms": percentiles(kinds.get("user", [])),
-            "unknown_gap_ms": percentiles(kinds.get("unknown", [])),
-        }
-    return out
+    return {
+        workload: timing_of(turns.get(workload, []), sessions.get(workload, []), by_kind.get(workload, {}))
+        for workload in set(turns) | set(by_kind)
+    }
+
+
+def timing_of(turns: list[int], sessions: list[float], gaps: dict[str, list[float]]) -> dict[str, Any]:
+    """One workload's timing from its traces' turns and durations and its gaps by kind."""
+    return {
+        "turns_per_trace": percentiles(turns),
+        "session_s": percentiles(sessions),
+        "tool_gap_ms": percentiles(gaps.get("tool", [])),
+        "user_gap_ms": percentiles(gaps.get("user", [])),
+        "unknown_gap_ms": percentiles(gaps.get("unknown", [])),
+    }
+
+
+def no_timing() -> dict[str, Any]:
+    """The timing of a workload with no LLM call of its own (all of them copies a resumed session
+    logged of another session's): every distribution empty."""
+    return timing_of([], [], {})

@@ -44,7 +44,7 @@ from traceforge.analysis.prefix_cache import (
     provider_comparison,
     replay_chains,
 )
-from traceforge.analysis.timing import ALL, arrival_stats, gap_stats, percentiles
+from traceforge.analysis.timing import ALL, arrival_stats, gap_stats, no_timing, percentiles
 from traceforge.analysis.workloads import assign_workloads, compute_workloads
 from traceforge.export.replay import replay_commands, write_replay
 from traceforge.files import replace_text, replacing
@@ -123,12 +123,12 @@ def build_profile(
     }
     context = _Context(gpu, list(target_rps or []), ttft_ms, itl_ms, block_size, bool(savings))
     overall_savings = _sum_savings(savings.values()) if savings else None
-    overall_task = (log.requests, demand_rows, timing.get(ALL, {}), overall_savings)
+    overall_task = (log.requests, demand_rows, timing.get(ALL) or no_timing(), overall_savings)
     tasks = [
         (
             by_workload.get(row["workload"], []),
             rows_by_workload.get(row["workload"], []),
-            timing.get(row["workload"], {}),
+            timing.get(row["workload"]) or no_timing(),
             savings.get(row["workload"]),
         )
         for row in spend.workloads
@@ -209,7 +209,7 @@ def workload_profile(context: _Context, task: WorkloadTask) -> dict[str, Any]:
         r.input_length - hit for r, hit in zip(ordered, unlimited.per_request_hit_tokens, strict=True)
     ]
     arrivals = arrival_stats(requests)
-    tool_gaps = timing.get("tool_gap_ms") or percentiles([])
+    tool_gaps = timing["tool_gap_ms"]
     demand = None
     if requests:
         demand = Demand(

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from traceforge.analysis.dag import Schedule
 from traceforge.analysis.deps import Call, leaves
-from traceforge.report.terminal import human, plural
+from traceforge.report.terminal import human, label_note, plural, workload_labels
 
 ARGUMENT_CHARS = 48
 EDGE_STYLE_DOT = {
@@ -269,13 +269,14 @@ def render_summary(console: Console, summary: dict[str, Any]) -> None:
     )
     kinds = ", ".join(f"{kind} {n}" for kind, n in summary["edges_by_kind"].items())
     console.print(f"  dependency edges: {kinds or 'none'}")
+    labels = workload_labels(row["workload"] for row in summary["by_workload"] + summary["top_traces"])
     if summary["by_workload"]:
         table = Table(title="by workload", box=box.SIMPLE_HEAD, title_justify="left")
         for column in ("workload", "traces", "turns", "min", "saved", "speedup", "tokens saved"):
             table.add_column(column, justify="left" if column == "workload" else "right")
         for row in summary["by_workload"]:
             table.add_row(
-                str(row["workload"]),
+                str(labels.get(row["workload"], row["workload"])),
                 str(row["traces"]),
                 str(row["observed_turns"]),
                 str(row["min_turns"]),
@@ -309,7 +310,7 @@ def render_summary(console: Console, summary: dict[str, Any]) -> None:
         for row in top:
             table.add_row(
                 row["trace_id"],
-                str(row["workload"]),
+                str(labels.get(row["workload"], row["workload"])),
                 str(row["tool_calls"]),
                 str(row["observed_turns"]),
                 str(row["min_turns"]),
@@ -317,3 +318,4 @@ def render_summary(console: Console, summary: dict[str, Any]) -> None:
             )
         console.print(table)
         console.print(f"see one: traceforge dag {top[0]['trace_id']}")
+    label_note(console, labels)

@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from traceforge.report.terminal import human
+from traceforge.report.terminal import human, label_note, workload_labels
 
 SHOWN_WORKLOADS = 5
 
@@ -33,10 +33,11 @@ def render_profile(console: Console, document: dict[str, Any], paths: dict[str, 
     table = Table(title=f"Workloads by {basis} (key: {spend['workload_key']})", title_justify="left")
     for column in ("#", "workload", "traces", "LLM calls", "cost", "share", "cumulative"):
         table.add_column(column, justify="left" if column == "workload" else "right")
+    labels = workload_labels(row["workload"] for row in spend["workloads"])
     for row in spend["workloads"][:20]:
         table.add_row(
             str(row["rank"]),
-            row["workload"] + (" *" if row["in_top_80"] else ""),
+            labels.get(row["workload"], row["workload"]) + (" *" if row["in_top_80"] else ""),
             human(row["traces"]),
             human(row["llm_calls"]),
             _money(row["cost_usd"]),
@@ -44,6 +45,7 @@ def render_profile(console: Console, document: dict[str, Any], paths: dict[str, 
             _pct(row["cumulative_share"]),
         )
     console.print(table)
+    label_note(console, labels)
     if len(spend["workloads"]) > 20:
         console.print(f"... {len(spend['workloads']) - 20} more workloads in profile.json")
     totals = spend["totals"]

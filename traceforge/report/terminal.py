@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import shlex
-from pathlib import Path
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from rich import box
@@ -47,6 +49,33 @@ def display_path(path: str) -> str:
     except ValueError:  # another drive on Windows
         return path
     return relative if len(relative) <= len(path) else path
+
+
+def workload_labels(names: Iterable[str | None]) -> dict[str, str]:
+    """How tables show workloads: a path (Claude Code's workload is its project's folder) by its
+    last folders, as few as tell it apart from the other paths; other names as they are. A table
+    column of `/home/dev/projects/coding-agent` folds over three lines at 80 columns.
+
+    >>> workload_labels(["/home/dev/shop", "/srv/a/api", "/srv/b/api", "support"])
+    {'/home/dev/shop': '…/shop', '/srv/a/api': '…/a/api', '/srv/b/api': '…/b/api', 'support': 'support'}
+    """
+    labels = {name: name for name in names if name}
+    paths = {name: PurePosixPath(name).parts[1:] for name in labels if name.startswith(("/", "~/"))}
+    for last in range(1, max(map(len, paths.values()), default=0) + 1):
+        tails = Counter(parts[-last:] for parts in paths.values())
+        for name, parts in list(paths.items()):
+            if tails[parts[-last:]] == 1 or last >= len(parts):
+                shown = "…/" + "/".join(parts[-last:])
+                if len(shown) < len(name):
+                    labels[name] = shown
+                del paths[name]
+    return labels
+
+
+def label_note(console: Console, labels: dict[str, str]) -> None:
+    """Says what `…/` means, where a table shortened a workload's name (`workload_labels`)."""
+    if any(label != name for name, label in labels.items()):
+        console.print("(…/NAME: a workload by its last folders; the JSON output holds the whole path)")
 
 
 def render_big_file(
@@ -174,8 +203,12 @@ def _render_folders(console: Console, read: list[FileReport]) -> None:
     )
 
 
-def render_summary(console: Console, summary: dict[str, Any], db: str) -> None:
+def render_summary(
+    console: Console, summary: dict[str, Any], db: str, labels: dict[str, str] | None = None
+) -> None:
     t = summary["totals"]
+    if labels is None:
+        labels = workload_labels(row["workload"] for row in summary["by_workload_model"])
     cached = cached_text(t)
     console.print()
     console.print(
@@ -213,7 +246,7 @@ def render_summary(console: Console, summary: dict[str, Any], db: str) -> None:
     for row in summary["by_workload_model"]:
         cached = row["cache_read_tokens"]
         table.add_row(
-            row["workload"],
+            labels.get(row["workload"], row["workload"]),
             row["model"],
             str(row["traces"]),
             str(row["llm_calls"]),
@@ -223,6 +256,7 @@ def render_summary(console: Console, summary: dict[str, Any], db: str) -> None:
             human(row["output_tokens"]) if row["llm_calls"] > row["calls_without_usage"] else "-",
         )
     console.print(table, soft_wrap=False)  # a table fits the terminal width
+    label_note(console, labels)
     if t["rejects"]:
         console.print(f"[yellow]{t['rejects']} rejected records[/] (kept in the `rejects` table):")
         for reason in summary["reject_reasons"]:
@@ -257,10 +291,16 @@ def render_report(console: Console, summary: dict[str, Any], db: str) -> None:
     """The whole analysis: store at a glance, spend, parallel opportunities, inference needs, and
     what to post-train first."""
     store_view = {k: summary[k] for k in ("totals", "by_workload_model", "reject_reasons")}
-    render_summary(console, store_view, db)
-    _render_spend(console, summary["spend"])
-    _render_parallel(console, summary["parallel"])
-    _render_inference(console, summary["inference"])
+    labels = workload_labels(
+        [row["workload"] for row in summary["by_workload_model"]]
+        + [row["workload"] for row in summary["spend"]["workloads"]]
+        + [row["workload"] for row in summary["parallel"].get("top_traces") or []]
+        + [row["workload"] for row in summary["inference"]]
+    )
+    render_summary(console, store_view, db, labels)
+    _render_spend(console, summary["spend"], labels)
+    _render_parallel(console, summary["parallel"], labels)
+    _render_inference(console, summary["inference"], labels)
     _render_recommendations(console, summary["recommendations"])
     outputs = summary.get("outputs") or {}
     if outputs:
@@ -269,7 +309,7 @@ def render_report(console: Console, summary: dict[str, Any], db: str) -> None:
             console.print(f"  {name:<8} {display_path(path)}")
 
 
-def _render_spend(console: Console, spend: dict[str, Any]) -> None:
+def _render_spend(console: Console, spend: dict[str, Any], labels: dict[str, str]) -> None:
     _section(console, "Where spend goes")
     basis = "cost" if spend["basis"] == "cost_usd" else "tokens"
     table = _table(
@@ -284,7 +324,7 @@ def _render_spend(console: Console, spend: dict[str, Any]) -> None:
         cost = w.get("cost_usd")
         table.add_row(
             str(w["rank"]),
-            w["workload"],
+            labels.get(w["workload"], w["workload"]),
             str(w["traces"]),
             f"${cost:,.2f}" if cost is not None else "-",
             _pct(w["share"]),
@@ -313,7 +353,7 @@ def unpriced_text(models: list[dict[str, Any]]) -> str:
     return ", ".join(f"{m['model']} ({plural(m['calls'], 'call')})" for m in models)
 
 
-def _render_parallel(console: Console, parallel: dict[str, Any]) -> None:
+def _render_parallel(console: Console, parallel: dict[str, Any], labels: dict[str, str]) -> None:
     _section(console, "What parallel tool calls would save")
     if not parallel.get("traces"):
         console.print("No trace has tool calls.")
@@ -350,7 +390,7 @@ def _render_parallel(console: Console, parallel: dict[str, Any]) -> None:
         for trace in top[:5]:
             table.add_row(
                 trace["trace_id"],
-                trace["workload"] or "-",
+                labels.get(trace["workload"]) or "-",
                 str(trace["observed_turns"]),
                 str(trace["min_turns"]),
                 str(trace["turns_saved"]),
@@ -359,7 +399,7 @@ def _render_parallel(console: Console, parallel: dict[str, Any]) -> None:
         console.print(table, soft_wrap=False)
 
 
-def _render_inference(console: Console, rows: list[dict[str, Any]]) -> None:
+def _render_inference(console: Console, rows: list[dict[str, Any]], labels: dict[str, str]) -> None:
     _section(console, "What each workload needs of inference")
     if not rows:
         console.print("No LLM calls.")
@@ -378,7 +418,7 @@ def _render_inference(console: Console, rows: list[dict[str, Any]]) -> None:
         plan = r["deployment"]
         gap = r["tool_gap_ms"]["p90"]
         table.add_row(
-            r["workload"],
+            labels.get(r["workload"], r["workload"]),
             f"{r['prefill_decode_ratio']:.0f}:1" if r["prefill_decode_ratio"] else "-",
             _pct(r["reported_cache_hit_ratio"]),
             _pct(r["simulated_cache_hit_ratio"]),
