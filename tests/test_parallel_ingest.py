@@ -7,7 +7,6 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
-import os
 import shutil
 import sys
 from dataclasses import asdict
@@ -18,7 +17,7 @@ import pytest
 
 from traceforge import store
 from traceforge.ingest import ingest_paths, parallel, stream
-from traceforge.ingest.sources import SourceFile, read_records
+from traceforge.ingest.sources import SourceFile, content_size, read_records
 from traceforge.ingest.values import MAX_NESTING
 from traceforge.model import Reject
 
@@ -77,8 +76,8 @@ def test_small_files_go_to_a_worker_several_at_a_time_to_the_same_store(small_co
     files = [f.path for f in grouped.files]
     assert [path for task in tasks for path in task] == files  # every file once, in its order
     assert 1 < len(tasks) < len(files) and max(map(len, tasks)) > 1
-    for task in tasks:
-        assert len(task) == 1 or sum(os.path.getsize(path) for path in task) <= parallel.GROUP_BYTES
+    for task in tasks:  # by their sizes decompressed (the corpus holds a gzip file)
+        assert len(task) == 1 or sum(content_size(Path(path))[0] for path in task) <= parallel.GROUP_BYTES
     monkeypatch.setattr(parallel, "GROUP_BYTES", 0)  # every file a task alone
     tasks.clear()
     alone = ingest(tmp_path / "alone.duckdb", [folder], workers=2)
@@ -87,14 +86,33 @@ def test_small_files_go_to_a_worker_several_at_a_time_to_the_same_store(small_co
     assert snapshot(tmp_path / "grouped.duckdb") == snapshot(tmp_path / "alone.duckdb")
 
 
-def test_file_groups_hold_consecutive_small_files_and_a_big_or_unreadable_file_alone(tmp_path):
+def test_file_groups_hold_consecutive_small_files_and_a_big_or_unreadable_file_alone():
     sizes = {"a": 100, "b": 100, "c": 900, "d": 50, "e": 50, "f": 50, "g": 2000}
-    for name, size in sizes.items():
-        (tmp_path / name).write_bytes(b"x" * size)
-    paths = [str(tmp_path / name) for name in [*sizes, "missing"]]
-    groups = parallel.file_groups(paths, max_bytes=1000, max_files=2)
-    named = [[Path(path).name for path in group] for group in groups]
-    assert named == [["a", "b"], ["c", "d"], ["e", "f"], ["g"], ["missing"]]
+    groups = parallel.file_groups([*sizes, "unreadable", "h"], sizes | {"h": 10}, max_bytes=1000, max_files=2)
+    assert groups == [["a", "b"], ["c", "d"], ["e", "f"], ["g"], ["unreadable"], ["h"]]
+
+
+def test_a_small_gzip_file_holding_much_is_a_worker_task_alone(tmp_path, monkeypatch):
+    """Tasks are cut by the bytes a worker parses: a gzip file's decompressed size."""
+    folder = tmp_path / "logs"
+    bench_corpus.generate(folder, tool_calls=300, file_mb=0.05, only="openai-log")
+    logs = sorted(folder.glob("openai-log-*.jsonl"))
+    packed = folder / "zz-packed.jsonl.gz"
+    packed.write_bytes(gzip.compress(b"".join(path.read_bytes() for path in logs)))
+    monkeypatch.setattr(parallel, "GROUP_BYTES", 1 << 20)
+    assert packed.stat().st_size < parallel.GROUP_BYTES / 4 < parallel.GROUP_BYTES < content_size(packed)[0]
+    tasks: list[list[str]] = []
+    spied = parallel.ordered_map
+
+    def spy(function, items, workers, shared=()):
+        items = list(items)
+        tasks.extend(items)
+        return spied(function, items, workers, shared)
+
+    monkeypatch.setattr(parallel, "ordered_map", spy)
+    ingest(tmp_path / "store.duckdb", [folder], workers=2)
+    assert [str(packed)] in tasks
+    assert max(map(len, tasks)) > 1
 
 
 def test_workers_hand_their_rows_back_through_files_beside_the_store_removed_at_the_end(

@@ -142,8 +142,9 @@ def ingest_paths(
     count = _worker_count(workers, files)
     if count > 1:
         spool = parallel.spool_parent(con)
+        decompressed = {str(path): size for path, (size, _) in sizes.items()}
         outcomes = parallel.parse_in_pool(
-            files, fmt, dict(known), count, in_parts, parts.PARTS_MIN_BYTES, spool
+            files, fmt, dict(known), count, in_parts, parts.PARTS_MIN_BYTES, spool, decompressed
         )
     else:
         outcomes = (_outcome_here(path, known, by_sha, adapter, in_parts) for path in files)

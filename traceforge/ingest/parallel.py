@@ -49,8 +49,8 @@ PARALLEL_MIN_BYTES = 32 << 20
 # A worker's rows smaller than this go back pickled, not through files (`SharedRows.spool`): for a
 # small file, writing, reading back and removing five files cost more than its parsing.
 SPOOL_MIN_BYTES = 1 << 20
-# Files smaller than this in all on disk, and no more than `GROUP_FILES` of them, are parsed in one
-# worker task (`file_groups`); a bigger file is a task alone.
+# Files of under this many bytes in all (decompressed), and no more than `GROUP_FILES` of them, are
+# parsed in one worker task (`file_groups`); a bigger file is a task alone.
 GROUP_BYTES = 4 << 20
 GROUP_FILES = 64
 # More frames than this in one insert, small on average, are copied into one chunk first (`_concat`).
@@ -135,17 +135,15 @@ class Prepared:
         return sum(frame.estimated_size() for frame in self.frames.values())
 
 
-def file_groups(paths: list[str], max_bytes: int, max_files: int) -> list[list[str]]:
-    """`paths` in their order as worker tasks: consecutive files of under `max_bytes` in all on
-    disk, `max_files` at most, together; a bigger file (or one that cannot be read) alone."""
+def file_groups(paths: list[str], sizes: dict[str, int], max_bytes: int, max_files: int) -> list[list[str]]:
+    """`paths` in their order as worker tasks: consecutive files of under `max_bytes` in all
+    (`sizes`: each file's bytes, decompressed where it is a gzip file), `max_files` at most,
+    together; a bigger file, or one without a size (it cannot be read), alone."""
     groups: list[list[str]] = []
     group: list[str] = []
     held = 0
     for path in paths:
-        try:
-            size = os.path.getsize(path)
-        except OSError:
-            size = max_bytes  # alone: its worker reports it
+        size = sizes.get(path, max_bytes)
         if group and (held + size > max_bytes or len(group) >= max_files):
             groups.append(group)
             group, held = [], 0
@@ -255,6 +253,7 @@ def parse_in_pool(
     in_parts: set[str],
     parts_min_bytes: int,
     spool: str | None,
+    content_sizes: dict[str, int],
 ) -> Iterator[Outcome]:
     """Outcomes of `files`, in their order, parsed by `workers` processes, but for the files
     `in_parts` (only hashed: this process writes them in parts, `traceforge.ingest.parts`) and those
@@ -262,17 +261,28 @@ def parse_in_pool(
     their rows back through files (`SharedRows.spool`; `Prepared.load` reads them) in a hidden folder
     made in `spool` (`spool_parent`; a folder walk skips it), removed once every outcome is taken;
     rows of under `SPOOL_MIN_BYTES` go back pickled. Small files go to a worker several at a time
-    (`file_groups`)."""
+    (`file_groups`), by their sizes decompressed (`content_sizes`, where known) or on disk."""
     if spool:
         os.makedirs(spool, exist_ok=True)
     folder = tempfile.mkdtemp(prefix=".traceforge-rows-", dir=spool)
     shared = (fmt, known, set(known.values()), in_parts, parts_min_bytes, folder, SPOOL_MIN_BYTES)
-    tasks = file_groups([str(path) for path in files], GROUP_BYTES, GROUP_FILES)
+    paths = [str(path) for path in files]
+    tasks = file_groups(paths, _sizes(paths, content_sizes), GROUP_BYTES, GROUP_FILES)
     try:
         for outcomes in ordered_map("traceforge.ingest.parallel:_prepare", tasks, workers, shared):
             yield from outcomes
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _sizes(paths: list[str], content_sizes: dict[str, int]) -> dict[str, int]:
+    """Each readable file's size decompressed where known, else on disk (a file most likely
+    unchanged, only hashed)."""
+    sizes = {}
+    for path in paths:
+        with contextlib.suppress(OSError):
+            sizes[path] = content_sizes[path] if path in content_sizes else os.path.getsize(path)
+    return sizes
 
 
 def write_batch(
