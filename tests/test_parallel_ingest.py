@@ -57,20 +57,28 @@ def test_workers_give_the_store_a_serial_ingest_gives(small_corpus, tmp_path):
     assert snapshot(tmp_path / "parallel.duckdb") == expected
 
 
-def test_small_files_go_to_a_worker_several_at_a_time_to_the_same_store(small_corpus, tmp_path, monkeypatch):
-    """Thousands of small files (Claude Code sessions) cost a frame per table each, about 2 ms
-    whatever their size, and a message back: consecutive small files are one worker task, their
-    rows made and sent together, and each file's rows are its slice of them."""
-    folder, _ = small_corpus
-    tasks: list[list[str]] = []
+@pytest.fixture
+def tasks(monkeypatch) -> list[list[str]]:
+    """The worker tasks of the parallel ingests that follow: each a list of files."""
+    seen: list[list[str]] = []
     spied = parallel.ordered_map
 
     def spy(function, items, workers, shared=()):
         items = list(items)
-        tasks.extend(items)
+        seen.extend(items)
         return spied(function, items, workers, shared)
 
     monkeypatch.setattr(parallel, "ordered_map", spy)
+    return seen
+
+
+def test_small_files_go_to_a_worker_several_at_a_time_to_the_same_store(
+    small_corpus, tmp_path, monkeypatch, tasks
+):
+    """Thousands of small files (Claude Code sessions) cost a frame per table each, about 2 ms
+    whatever their size, and a message back: consecutive small files are one worker task, their
+    rows made and sent together, and each file's rows are its slice of them."""
+    folder, _ = small_corpus
     monkeypatch.setattr(parallel, "GROUP_BYTES", 1 << 20)  # the corpus's 3 MB in several tasks
     grouped = ingest(tmp_path / "grouped.duckdb", [folder], workers=2)
     files = [f.path for f in grouped.files]
@@ -92,7 +100,7 @@ def test_file_groups_hold_consecutive_small_files_and_a_big_or_unreadable_file_a
     assert groups == [["a", "b"], ["c", "d"], ["e", "f"], ["g"], ["unreadable"], ["h"]]
 
 
-def test_a_small_gzip_file_holding_much_is_a_worker_task_alone(tmp_path, monkeypatch):
+def test_a_small_gzip_file_holding_much_is_a_worker_task_alone(tmp_path, monkeypatch, tasks):
     """Tasks are cut by the bytes a worker parses: a gzip file's decompressed size."""
     folder = tmp_path / "logs"
     bench_corpus.generate(folder, tool_calls=300, file_mb=0.05, only="openai-log")
@@ -101,15 +109,6 @@ def test_a_small_gzip_file_holding_much_is_a_worker_task_alone(tmp_path, monkeyp
     packed.write_bytes(gzip.compress(b"".join(path.read_bytes() for path in logs)))
     monkeypatch.setattr(parallel, "GROUP_BYTES", 1 << 20)
     assert packed.stat().st_size < parallel.GROUP_BYTES / 4 < parallel.GROUP_BYTES < content_size(packed)[0]
-    tasks: list[list[str]] = []
-    spied = parallel.ordered_map
-
-    def spy(function, items, workers, shared=()):
-        items = list(items)
-        tasks.extend(items)
-        return spied(function, items, workers, shared)
-
-    monkeypatch.setattr(parallel, "ordered_map", spy)
     ingest(tmp_path / "store.duckdb", [folder], workers=2)
     assert [str(packed)] in tasks
     assert max(map(len, tasks)) > 1
