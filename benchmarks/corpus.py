@@ -986,8 +986,11 @@ class _Writer:
 
     def _new_stats(self) -> FileStats:
         number = sum(1 for f in self.manifest.files if f.format == self.fmt)
-        suffix = ".jsonl.gz" if self.compress else ".jsonl"
-        return FileStats(f"{self.fmt}-{number:03d}{suffix}", self.fmt)
+        return FileStats(f"{self.fmt}-{number:03d}{self._suffix}", self.fmt)
+
+    @property
+    def _suffix(self) -> str:
+        return ".jsonl.gz" if self.compress else ".jsonl"
 
     def add(self, run: Run) -> None:
         if self.fmt == "openai-log":
@@ -1014,11 +1017,9 @@ class _Writer:
             self.flush()
 
     def _write_session(self, run: Run, lines: list[str]) -> None:
-        suffix = ".jsonl.gz" if self.compress else ".jsonl"
-        stats = FileStats(f"{self.fmt}-{_uuid(run.uid, 0)}{suffix}", self.fmt)
+        stats = FileStats(f"{self.fmt}-{_uuid(run.uid, 0)}{self._suffix}", self.fmt)
         stats.traces, stats.llm_calls, stats.tool_calls = 1, len(run.steps), run.tool_calls
         stats.records = len(lines)
-        stats.bytes = sum(len(line.encode()) + 1 for line in lines)
         self._write(stats, lines)
 
     def flush(self) -> None:
@@ -1030,8 +1031,10 @@ class _Writer:
         self.stats = self._new_stats()
 
     def _write(self, stats: FileStats, lines: list[str]) -> None:
-        """One file of `lines`, gzipped where the corpus is, counted in the manifest."""
+        """One file of `lines`, gzipped where the corpus is, counted in the manifest (its `bytes`
+        those of the lines, as `add` counts them to rotate the files)."""
         data = "".join(line + "\n" for line in lines).encode()
+        stats.bytes = len(data)
         (self.out / stats.name).write_bytes(gzip.compress(data, compresslevel=1) if self.compress else data)
         self.manifest.files.append(stats)
 

@@ -21,6 +21,9 @@ from traceforge.cli import cli
 from traceforge.cli.sql import shell_binary
 from traceforge.report.terminal import render_report, workload_labels
 
+sys.path.insert(0, str(REPO / "benchmarks"))
+import corpus as bench_corpus
+
 SECTIONS = (
     "Where spend goes",
     "What parallel tool calls would save",
@@ -409,9 +412,6 @@ def test_path_workloads_are_shown_by_their_last_folders_in_every_table(runner, t
     """Claude Code's workload is the project's folder: at 80 columns `/home/dev/projects/coding-agent`
     folded over three lines of each table. Tables show a path by as few last folders as tell it
     apart (`…/team-b/coding-agent` beside `…/projects/coding-agent`); the JSON keeps the path."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import corpus as bench_corpus
-
     folder = tmp_path / "sessions"
     bench_corpus.generate(folder, tool_calls=300, only="claude-code")
     session = next(p for p in sorted(folder.glob("*.jsonl")) if "/projects/coding-agent" in p.read_text())

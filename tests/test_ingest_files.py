@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -375,6 +376,11 @@ def test_many_files_are_listed_a_line_per_folder_and_each_with_v(runner, tmp_pat
         assert [line for line in lines if line.startswith("error:") and "notes.jsonl" in line]
         read = sum(1 for path in logs.rglob("*.jsonl") if path.name != "notes.jsonl")
         assert f"({read} files read, a line per folder" in result.output
+        # the query the closing line offers runs, and lists every file (the failed one too)
+        query = re.search(r'traceforge sql "([^"]+)"', result.output).group(1)
+        listed = runner.invoke(cli, ["sql", query, "--db", str(db), "--json"])
+        assert listed.exit_code == 0, listed.output
+        assert len(json.loads(listed.stdout)) == read + 1
         con = store.connect(db, read_only=True)
         found = {}
         for team in ("team-a", "team-b"):

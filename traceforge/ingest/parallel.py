@@ -75,7 +75,7 @@ class SharedRows:
     """The rows of the files of one worker task as a frame per table, handed back pickled or,
     `spool`ed, through Arrow files."""
 
-    frames: dict[str, pl.DataFrame]
+    frames: dict[str, pl.DataFrame] = field(default_factory=dict)
     spooled: dict[str, str] = field(default_factory=dict)  # table -> the Arrow IPC file of its frame
 
     def spool(self, folder: str, min_bytes: int = 0) -> None:
@@ -118,7 +118,7 @@ class Prepared:
     report: Any  # traceforge.ingest.FileReport
     names: writer.FileNames  # what its ids were made from: to name them again (`writer.renamed`)
     spans: dict[str, tuple[int, int]]  # table -> (first row, rows) of its rows in `shared`
-    shared: SharedRows | None = None  # its task's rows
+    shared: SharedRows  # its task's rows
     frames: dict[str, pl.DataFrame] = field(default_factory=dict)  # its own rows, once `load`ed
 
     def load(self) -> None:
@@ -173,6 +173,7 @@ def prepare_files(
     from traceforge.ingest import BiggerThanItsTrailerSays, _file_report, _parse_file, _resolve_adapter
 
     rows = writer.Rows()
+    shared = SharedRows()  # its frames made once every file is parsed
     outcomes = []
     for path_text in paths:
         path = Path(path_text)
@@ -207,15 +208,11 @@ def prepare_files(
             for table, first in before.items()
             if rows.count(table) > first
         }
-        outcomes.append(
-            Outcome(path_text, sha, "parsed", prepared=Prepared(path_text, sha, report, names, spans))
-        )
-    shared = SharedRows({table: rows.frame(table) for table in writer.SCHEMAS if rows.count(table)})
+        prepared = Prepared(path_text, sha, report, names, spans, shared)
+        outcomes.append(Outcome(path_text, sha, "parsed", prepared=prepared))
+    shared.frames = {table: rows.frame(table) for table in writer.SCHEMAS if rows.count(table)}
     if spool is not None:
         shared.spool(spool, spool_min_bytes)
-    for outcome in outcomes:
-        if outcome.prepared is not None:
-            outcome.prepared.shared = shared
     return outcomes
 
 

@@ -132,14 +132,10 @@ def _render_workload(console: Console, title: str, entry: dict[str, Any]) -> Non
             f"simulated {_pct(provider['simulated_unlimited_hit_ratio'])} (unlimited), "
             f"{_pct(provider['simulated_ttl_300s_hit_ratio'])} (TTL 300s)"
         )
-    turns, gaps, arrivals = (
-        timing.get("turns_per_trace", {}),
-        timing.get("tool_gap_ms", {}),
-        timing["arrivals"],
-    )
+    turns, gaps, arrivals = timing["turns_per_trace"], timing["tool_gap_ms"], timing["arrivals"]
     console.print(
-        f"  turns/trace p50 {human(turns.get('p50'))} p90 {human(turns.get('p90'))}; tool gaps p50 "
-        f"{_ms(gaps.get('p50'))} p90 {_ms(gaps.get('p90'))} p99 {_ms(gaps.get('p99'))}; "
+        f"  turns/trace p50 {human(turns['p50'])} p90 {human(turns['p90'])}; tool gaps p50 "
+        f"{_ms(gaps['p50'])} p90 {_ms(gaps['p90'])} p99 {_ms(gaps['p99'])}; "
         + (
             f"{arrivals['rps']:.3g} req/s, inter-arrival CV {arrivals['interarrival_cv']:.2f}"
             if arrivals["rps"]
