@@ -285,38 +285,46 @@ def _sizes(paths: list[str], content_sizes: dict[str, int]) -> dict[str, int]:
 def write_batch(
     con: duckdb.DuckDBPyConnection, items: list[Prepared | writer.ParsedFile], replaces: set[str]
 ) -> JoinReport:
-    """Write a batch in one transaction: prepared files whose ids are free as they are; the files
-    parsed here (duplicates, a serial ingest's) and the prepared files whose ids collide, named
-    together by `writer` (a prepared file's rows renamed, not parsed again); then join the traces
-    now spread over several files (`ingest.joins`, `ingest.log_joins`) and mark the requests logged
-    twice (`ingest.copies`). Returns what was joined."""
-    replaced = [item.path for item in items if item.path in replaces]
+    """Write a batch in one transaction (`write_items`). Returns what was joined."""
     with store.transaction(con):
-        for path in replaced:
-            writer._delete_source(con, path)
-        prepared = [item for item in items if isinstance(item, Prepared)]
-        colliding = {id(prepared[k]) for k in _colliding(con, prepared)}
+        return write_items(con, items, replaces)
+
+
+def write_items(
+    con: duckdb.DuckDBPyConnection, items: list[Prepared | writer.ParsedFile], replaces: set[str]
+) -> JoinReport:
+    """Write files in the transaction open on `con`: prepared files whose ids are free as they are;
+    the files parsed here (duplicates, a serial ingest's) and the prepared files whose ids collide,
+    named together by `writer` (a prepared file's rows renamed, not parsed again); then join the
+    traces now spread over several files (`ingest.joins`, `ingest.log_joins`) and mark the requests
+    logged twice (`ingest.copies`). The files in `replaces` replace what the store held of them.
+    Returns what was joined."""
+    replaced = [item.path for item in items if item.path in replaces]
+    for path in replaced:
+        writer._delete_source(con, path)
+    prepared = [item for item in items if isinstance(item, Prepared)]
+    colliding = {id(prepared[k]) for k in _colliding(con, prepared)}
+    for table in writer.SCHEMAS:
+        frames = [p.frames[table] for p in prepared if table in p.frames and id(p) not in colliding]
+        if frames:
+            store.insert_frame(con, table, _concat(frames))
+    slow = [item for item in items if not isinstance(item, Prepared) or id(item) in colliding]
+    if slow:
+        names = [item.names if isinstance(item, Prepared) else writer.names_of(item) for item in slow]
+        ids = writer._assign_ids(con, names)
+        written = [
+            writer.renamed(item.frames, item.names, ids, file_no)
+            if isinstance(item, Prepared)
+            else writer.rows_of(item, ids, file_no)
+            for file_no, item in enumerate(slow)
+        ]
         for table in writer.SCHEMAS:
-            frames = [p.frames[table] for p in prepared if table in p.frames and id(p) not in colliding]
+            frames = [frames[table] for frames in written if table in frames]
             if frames:
                 store.insert_frame(con, table, _concat(frames))
-        slow = [item for item in items if not isinstance(item, Prepared) or id(item) in colliding]
-        if slow:
-            names = [item.names if isinstance(item, Prepared) else writer.names_of(item) for item in slow]
-            ids = writer._assign_ids(con, names)
-            written = [
-                writer.renamed(item.frames, item.names, ids, file_no)
-                if isinstance(item, Prepared)
-                else writer.rows_of(item, ids, file_no)
-                for file_no, item in enumerate(slow)
-            ]
-            for table in writer.SCHEMAS:
-                frames = [frames[table] for frames in written if table in frames]
-                if frames:
-                    store.insert_frame(con, table, _concat(frames))
-        joins = join_split_traces(con, replaced)
-        joins.extend(join_log_conversations(con, replaced))
-        mark_copies(con)
+    joins = join_split_traces(con, replaced)
+    joins.extend(join_log_conversations(con, replaced))
+    mark_copies(con)
     return joins
 
 

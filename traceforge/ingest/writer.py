@@ -178,10 +178,29 @@ _OWN_TRACES = (
 )
 
 
+# The traces built from this file and others (`attributes.source_paths`: `ingest.joins`, `ingest.log_joins`).
+JOINED_TRACES = (
+    "SELECT trace_id FROM traces "
+    "WHERE list_contains(coalesce(json_extract_string(attributes, '$.source_paths[*]'), []), ?)"
+)
+
+
 def _delete_source(con: duckdb.DuckDBPyConnection, path: str) -> None:
     for table in TRACE_TABLES:
         con.execute(f"DELETE FROM {table} WHERE trace_id IN ({_OWN_TRACES})", [path])
     con.execute(f"DELETE FROM traces WHERE trace_id IN ({_OWN_TRACES})", [path])
+    con.execute("DELETE FROM rejects WHERE source_path = ?", [path])
+    con.execute("DELETE FROM sources WHERE path = ?", [path])
+
+
+def delete_file(con: duckdb.DuckDBPyConnection, path: str) -> None:
+    """Delete everything the store holds of `path`: its own traces, the traces joined from it and
+    other files (their other files' parts go with them: `ingest.forget` reads those files again),
+    their rows, analysis and workload, its rejects and its `sources` row."""
+    for traces in (_OWN_TRACES, JOINED_TRACES):
+        for table in (*TRACE_TABLES, "trace_workloads"):
+            con.execute(f"DELETE FROM {table} WHERE trace_id IN ({traces})", [path])
+        con.execute(f"DELETE FROM traces WHERE trace_id IN ({traces})", [path])
     con.execute("DELETE FROM rejects WHERE source_path = ?", [path])
     con.execute("DELETE FROM sources WHERE path = ?", [path])
 

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from traceforge.analysis.summary import cached_text
 from traceforge.ingest import FileReport, IngestReport
+from traceforge.ingest.forget import ForgetReport
 
 
 def human(n: float | int | None) -> str:
@@ -101,10 +102,52 @@ def render_big_file(
 def render_unfinished(console: Console, paths: list[str]) -> None:
     """The files an earlier run stopped writing in parts (`ingest.parts.unfinished_files`)."""
     for path in paths:
+        todo = (
+            "ingest it again to finish it"
+            if os.path.exists(path)
+            else f"it is gone: put it back and ingest it again, or `traceforge forget {shlex.quote(path)}`"
+        )
         console.print(
             f"[yellow]warning:[/] {display_path(path)}: an earlier run stopped while writing this file, "
-            "and the store holds only part of it; ingest it again to finish it"
+            f"and the store holds only part of it; {todo}"
         )
+
+
+def render_forget(console: Console, report: ForgetReport) -> None:
+    removed = report.removed
+    nouns = {"traces": "trace", "llm_calls": "LLM call", "tool_calls": "tool call"}
+    nouns["rejects"] = "rejected record"  # said only where some go
+    fewer = ", ".join(
+        _count(removed[table], noun) for table, noun in nouns.items() if removed[table] or table != "rejects"
+    )
+    verb = "Would forget" if report.dry_run else "Forgot"
+    console.print(f"{verb} {_count(len(report.forgotten), 'file')}: {fewer} fewer in the store.")
+    _list_paths(console, report.forgotten)
+    if report.read_again:
+        verb = "Would read again" if report.dry_run else "Read again"
+        console.print(
+            f"{verb} {_count(len(report.read_again), 'file')}, to rebuild the traces they shared or to "
+            "hold the content they had too:"
+        )
+        _list_paths(console, report.read_again)
+    if report.dry_run:
+        console.print("Nothing changed (--dry-run).")
+    else:
+        console.print(
+            "Run `traceforge analyze` again: the workload tables and reports still count what went, "
+            "and datasets exported before still hold it."
+        )
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number:,} {noun}{'' if number == 1 else 's'}"
+
+
+def _list_paths(console: Console, paths: list[str]) -> None:
+    for path in paths[:FILES_LISTED]:
+        console.print(f"  {display_path(path)}")
+    if len(paths) > FILES_LISTED:
+        console.print(f"  ... and {len(paths) - FILES_LISTED:,} more")
 
 
 # Past this many new or changed files, they are listed a line per folder and format rather than a

@@ -1,0 +1,250 @@
+"""`traceforge forget`: the store left holding what ingesting the other files alone gives (under the
+ids it held them by), whether the forgotten file's traces were its own, joined with another file's,
+copied by a resumed session or held for a file with the same content; nothing changed where that
+cannot be done."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from store_snapshot import snapshot
+from test_resumed_sessions import CONTINUATION, FIXTURES, RESUMED, read_lines, resumed_copy, write_lines
+
+from traceforge import store
+from traceforge.cli import cli
+from traceforge.ingest import parts, writer
+
+SAMPLES = Path(__file__).parent.parent / "sample_traces"
+OTEL = Path(__file__).parent / "fixtures" / "otlp" / "otel_genai_current.jsonl"  # a trace over its two lines
+
+
+def run(runner, *args: object, code: int = 0):
+    result = runner.invoke(cli, [str(arg) for arg in args])
+    assert result.exit_code == code, result.output
+    return result
+
+
+def ingested(runner, db: Path, *paths: Path) -> Path:
+    run(runner, "ingest", *paths, "--db", db)
+    return db
+
+
+def otel_halves(folder: Path) -> list[Path]:
+    """The fixture's two export batches as two files: a rotation in the middle of a trace."""
+    folder.mkdir(parents=True)
+    files = [folder / "traces-1.jsonl", folder / "traces-2.jsonl"]
+    for path, line in zip(files, OTEL.read_text().splitlines(keepends=True), strict=True):
+        path.write_text(line)
+    return files
+
+
+def gateway_halves(folder: Path) -> list[Path]:
+    """The sample gateway log cut after 20 lines, in the middle of two conversations."""
+    folder.mkdir(parents=True)
+    rows = (SAMPLES / "openai_chat_gateway.jsonl").read_text().splitlines(keepends=True)
+    files = [folder / "gateway-1.jsonl", folder / "gateway-2.jsonl"]
+    files[0].write_text("".join(rows[:20]))
+    files[1].write_text("".join(rows[20:]))
+    return files
+
+
+def resumed_sessions(folder: Path) -> list[Path]:
+    """A Claude Code session, and the session that resumed it (a copy of its calls, then more)."""
+    original = read_lines(FIXTURES / "parallel_session.jsonl")
+    return [
+        write_lines(folder / "first" / f"{original[1]['sessionId']}.jsonl", original),
+        write_lines(folder / "second" / f"{RESUMED}.jsonl", resumed_copy(original, CONTINUATION, RESUMED)),
+    ]
+
+
+def sample_files(folder: Path) -> list[Path]:
+    shutil.copytree(SAMPLES, folder)
+    return sorted(path for path in folder.iterdir() if path.is_file() and not path.name.startswith("."))
+
+
+def named_as(tables: dict[str, list[tuple]], db: Path, other: Path) -> dict[str, list[tuple]]:
+    """A snapshot of `db` with each LLM call's and tool call's id, wherever it appears (in JSON too),
+    replaced by the id the store `other` holds the call at the same place (trace and order) by."""
+    ids = {}
+    for path in (db, other):
+        con = store.connect(path, read_only=True)
+        try:
+            ids[path] = dict(
+                con.execute(
+                    "SELECT trace_id || '#call' || seq, call_id FROM llm_calls UNION ALL "
+                    "SELECT trace_id || '#tool' || seq, tool_call_id FROM tool_calls"
+                ).fetchall()
+            )
+        finally:
+            con.close()
+    renames = {ids[db][place]: ids[other][place] for place in ids[db] if ids[db][place] != ids[other][place]}
+
+    def named(value):
+        if isinstance(value, str):
+            for old in sorted(renames, key=len, reverse=True):
+                value = value.replace(old, renames[old])
+        return value
+
+    return {
+        table: sorted((tuple(map(named, row)) for row in rows), key=repr) for table, rows in tables.items()
+    }
+
+
+CASES = {
+    "a trace joined from two OTel files": otel_halves,
+    "conversations of a gateway log cut in two": gateway_halves,
+    "a resumed session's copies": resumed_sessions,
+    "files of their own": sample_files,
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("forgotten", [0, 1])
+def test_forgetting_a_file_leaves_the_store_the_other_files_alone_give(runner, tmp_path, case, forgotten):
+    files = CASES[case](tmp_path / "logs")
+    kept = [path for k, path in enumerate(files) if k != forgotten]
+    db = ingested(runner, tmp_path / "all.duckdb", *files)
+    before = snapshot(db)
+    run(runner, "analyze", tmp_path / "logs", "--db", db, "--out", tmp_path / "out")
+
+    dry = json.loads(run(runner, "forget", files[forgotten], "--db", db, "--dry-run", "--json").stdout)
+    assert snapshot(db) == before  # rolled back
+    report = json.loads(run(runner, "forget", files[forgotten], "--db", db, "--json").stdout)
+    assert {**dry, "dry_run": False} == report
+    assert report["forgotten"] == [str(files[forgotten])]
+
+    alone = ingested(runner, tmp_path / "alone.duckdb", *kept)
+    if case == "a resumed session's copies" and forgotten == 0:
+        # The resumed session's copied calls took other ids, the original holding theirs: they keep
+        # them (ids stay as they were), and are its calls now, no longer copies.
+        assert snapshot(db) != snapshot(alone)
+        assert named_as(snapshot(db), db, alone) == {
+            table: sorted(rows, key=repr) for table, rows in snapshot(alone).items()
+        }
+    else:
+        assert snapshot(db) == snapshot(alone)
+    held = {table: len(rows) for table, rows in before.items()}
+    assert report["removed"] == {
+        table: held[table] - len(rows)
+        for table, rows in snapshot(alone).items()
+        if table in report["removed"]
+    }
+    # the analysis of what went went with it; that of the other files' traces is kept or redone
+    con = store.connect(db, read_only=True)
+    try:
+        for table in ("tool_deps", "trace_dag", "tool_schedule", "trace_workloads"):
+            strays = con.execute(
+                f"SELECT count(*) FROM {table} WHERE trace_id NOT IN (SELECT trace_id FROM traces)"
+            )
+            assert strays.fetchone()[0] == 0, table
+    finally:
+        con.close()
+    run(runner, "analyze", tmp_path / "logs", "--db", db, "--out", tmp_path / "out")
+
+
+def test_forgetting_a_joined_file_reads_the_other_again_and_says_so(runner, tmp_path):
+    first, second = otel_halves(tmp_path / "logs")
+    db = ingested(runner, tmp_path / "all.duckdb", first, second)
+    output = run(runner, "forget", first, "--db", db).output
+    assert "Forgot 1 file:" in output and "fewer in the store" in output
+    assert "Read again 1 file, to rebuild the traces they shared" in output
+    assert output.index("Read again") < output.index(second.name)
+    assert "Run `traceforge analyze` again" in output
+
+
+def test_a_file_with_the_forgotten_files_content_holds_it_now(runner, tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    original = SAMPLES / "openai_chat_transcripts.json"
+    files = [logs / name for name in ("a.json", "b.json", "c.json")]
+    for path in files:
+        shutil.copy(original, path)
+    db = ingested(runner, tmp_path / "all.duckdb", logs)
+    report = json.loads(run(runner, "forget", files[0], "--db", db, "--json").stdout)
+    assert report["read_again"] == [str(files[1])]
+    assert report["removed"]["traces"] == 0  # b.json holds them now
+    # as if a.json had never been ingested: b.json read, c.json its duplicate
+    assert snapshot(db) == snapshot(ingested(runner, tmp_path / "alone.duckdb", files[1], files[2]))
+    con = store.connect(db, read_only=True)
+    rows = con.execute("SELECT path, duplicate_of FROM sources ORDER BY path").fetchall()
+    con.close()
+    assert rows == [(str(files[1]), None), (str(files[2]), str(files[1]))]
+    # both go together: nothing of them is left
+    run(runner, "forget", logs, "--db", db)
+    assert all(not rows for rows in snapshot(db).values())
+
+
+def test_nothing_is_forgotten_where_a_file_to_read_again_is_gone_or_changed(runner, tmp_path):
+    first, second = otel_halves(tmp_path / "logs")
+    db = ingested(runner, tmp_path / "all.duckdb", first, second)
+    before = snapshot(db)
+    text = second.read_text()
+    second.write_text(text.replace('"gen_ai.', '"genai.', 1))
+    error = run(runner, "forget", first, "--db", db, code=1).output
+    assert f"{second} holds data of the same traces as the files to forget" in error
+    assert "has changed since it was ingested. Ingest it again first, or forget it too" in error
+    second.unlink()
+    error = run(runner, "forget", first, "--db", db, code=1).output
+    assert "it cannot be read (No such file or directory). Put it back as it was, or forget it too" in error
+    assert snapshot(db) == before
+    # forgotten together, neither is read
+    run(runner, "forget", first, second, "--db", db)
+    assert all(not rows for rows in snapshot(db).values())
+
+
+def test_a_path_no_file_was_ingested_from_is_an_error_that_changes_nothing(runner, tmp_path):
+    files = sample_files(tmp_path / "logs")
+    db = ingested(runner, tmp_path / "all.duckdb", *files)
+    before = snapshot(db)
+    error = run(runner, "forget", files[0], tmp_path / "elsewhere.jsonl", "--db", db, code=1).output
+    assert "elsewhere.jsonl: no file ingested from there" in error and "SELECT path FROM sources" in error
+    assert snapshot(db) == before
+    run(runner, "forget", files[0], "--db", tmp_path / "none.duckdb", code=1)
+    assert not (tmp_path / "none.duckdb").exists()
+
+
+def test_a_folder_forgets_every_file_ingested_from_under_it_gone_or_not(runner, tmp_path):
+    logs = tmp_path / "logs"
+    otel = otel_halves(logs / "otel")
+    samples = sample_files(logs / "samples")
+    db = ingested(runner, tmp_path / "all.duckdb", logs)
+    shutil.rmtree(logs / "otel")
+    report = json.loads(run(runner, "forget", logs / "otel", "--db", db, "--json").stdout)
+    assert report["forgotten"] == [str(path) for path in otel] and report["read_again"] == []
+    assert snapshot(db) == snapshot(ingested(runner, tmp_path / "alone.duckdb", *samples))
+
+
+def test_a_file_a_run_stopped_writing_whose_source_is_gone_can_be_forgotten(runner, tmp_path, monkeypatch):
+    files = sample_files(tmp_path / "logs")
+    stopped = SAMPLES.parent / "tests" / "fixtures" / "otlp" / "otel_genai_current.jsonl"
+    big = tmp_path / "logs" / "big.jsonl"
+    shutil.copy(stopped, big)
+    db = tmp_path / "all.duckdb"
+    ingested(runner, db, *files)
+    monkeypatch.setattr(parts, "PARTS_MIN_BYTES", big.stat().st_size)
+    monkeypatch.setattr(parts, "PART_ROWS", 1)
+    real_part_rows = writer.part_rows
+    calls = []
+
+    def stopped_at_second(*args):
+        calls.append(args[1])
+        if calls.count(str(big)) == 2:
+            raise KeyboardInterrupt  # Ctrl-C
+        return real_part_rows(*args)
+
+    monkeypatch.setattr(writer, "part_rows", stopped_at_second)
+    run(runner, "ingest", big, "--db", db, code=130)
+    monkeypatch.setattr(writer, "part_rows", real_part_rows)
+    big.unlink()
+    warning = "an earlier run stopped while writing this file"
+    output = run(runner, "ingest", *files, "--db", db).output
+    assert warning in output
+    assert f"it is gone: put it back and ingest it again, or `traceforge forget {big}`" in output
+
+    output = run(runner, "forget", big, "--db", db).output
+    assert "Forgot 1 file:" in output
+    assert warning not in run(runner, "ingest", *files, "--db", db).output
+    assert snapshot(db) == snapshot(ingested(runner, tmp_path / "alone.duckdb", *files))
