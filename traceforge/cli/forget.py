@@ -25,10 +25,11 @@ def forget(paths, db, dry_run, as_json):
 
     PATHS are files as they were ingested, or folders (every file ingested
     from under them); they need not exist any more. A trace joined from a
-    forgotten file and others is rebuilt from the others, and a file with a
-    forgotten file's content holds it now: those files are read again, so
-    they must be as they were ingested. All in one transaction: on an error
-    nothing is forgotten.
+    forgotten file and others is rebuilt from the others, a file with a
+    forgotten file's content holds it now, and a file whose ids took another
+    form because a forgotten file held them first takes them back: those
+    files are read again, so they must be as they were ingested. All in one
+    transaction: on an error nothing is forgotten.
 
     Run `traceforge analyze` (or `profile`) again afterwards: the workload
     tables and the reports, and datasets exported before, still count the

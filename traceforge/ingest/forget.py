@@ -13,9 +13,10 @@ forgotten file's content holds it now. So each of them must still be the file in
 SHA-256); where one has gone or changed, nothing is forgotten and the error names it. Calls marked
 as copies of a forgotten file's calls (`copy_of`, a resumed Claude Code session) become the first.
 
-Ids stay as they were, but for the traces rebuilt: a trace, LLM call or tool call id that another
-file took in another form because a forgotten file held it first (a resumed session's copied
-calls) keeps that form. The workload tables (`workloads`,
+Files whose trace, LLM call or tool call ids took another form because a forgotten file held them
+first (a resumed session's copied calls, `<session>/toolu_…`; a trace id with the writer's suffix)
+are read again too, and take the ids they would have had alone. The other files' ids stay as
+they were. The workload tables (`workloads`,
 `inference_profile`) and what was exported before still count the forgotten traces until
 `traceforge analyze` (or `profile`) and the exports run again.
 """
@@ -39,6 +40,8 @@ class CannotForget(ValueError):
     """A path names no ingested file, or a file to read again cannot be: nothing was forgotten."""
 
 
+# The files a trace was joined from (`ingest.joins`, `ingest.log_joins`).
+_PATHS = "json_extract_string(attributes, '$.source_paths[*]')"
 # The tables whose rows a report counts: what the store holds fewer of once files are forgotten.
 REMOVED_FROM = ("traces", "llm_calls", "tool_calls", "rejects")
 
@@ -83,7 +86,7 @@ def forget_files(
     duplicates = _duplicates(con, targets)
     holders = [copies[0] for copies in duplicates.values()]
     sharing = _sharing(con, targets)
-    read_again = sorted({*sharing, *holders})
+    read_again = sorted({*sharing, *holders, *_renamed_by(con, targets)})
     # a trace joined from a file read again and files kept is rebuilt from those files too
     needed = sorted({*read_again, *_sharing(con, read_again, exclude=targets)})
     for path in needed:
@@ -110,6 +113,8 @@ def forget_files(
                     [holder, others],
                 )
         joins = parallel.write_items(con, items, set(read_again))
+        # the workload of every trace that went: those of the files forgotten and those read again
+        con.execute("DELETE FROM trace_workloads WHERE trace_id NOT IN (SELECT trace_id FROM traces)")
         after = _totals(con)
         removed = {table: count - after[table] for table, count in before.items()}
         if dry_run:
@@ -137,6 +142,39 @@ def _not_readable(path: str, sha256: str | None) -> str | None:
     return None
 
 
+# The files (but `?`, the forgotten ones) of the traces with ids another form of which a forgotten
+# file's trace holds: a trace id with the writer's suffix, a tool call id `<its trace>/<id>`, or a
+# call or tool call marked as a copy of one (a resumed session's). They took that form because the
+# forgotten file held the id first; read again, they take the ids they would have had alone.
+_RENAMED_BY = f"""
+WITH gone AS (
+    SELECT trace_id FROM traces
+    WHERE source_path IN (SELECT unnest($1::VARCHAR[])) OR list_has_any(coalesce({_PATHS}, []), $1::VARCHAR[])
+),
+gone_tools AS (SELECT tool_call_id FROM tool_calls WHERE trace_id IN (SELECT trace_id FROM gone))
+SELECT DISTINCT t.source_path FROM traces t
+WHERE t.trace_id NOT IN (SELECT trace_id FROM gone) AND (
+    regexp_replace(t.trace_id, $2, '') IN (SELECT trace_id FROM gone)
+    OR t.trace_id IN (
+        SELECT trace_id FROM llm_calls
+        WHERE copy_of IN (SELECT call_id FROM llm_calls WHERE trace_id IN (SELECT trace_id FROM gone))
+    )
+    OR t.trace_id IN (
+        SELECT trace_id FROM tool_calls
+        WHERE copy_of IN (SELECT tool_call_id FROM gone_tools)
+           OR (starts_with(tool_call_id, trace_id || '/')
+               AND substr(tool_call_id, length(trace_id) + 2) IN (SELECT tool_call_id FROM gone_tools))
+    )
+)
+"""
+
+
+def _renamed_by(con: duckdb.DuckDBPyConnection, targets: list[str]) -> list[str]:
+    """The files holding ids in another form because one of `targets` held them first (`_RENAMED_BY`)."""
+    rows = con.execute(_RENAMED_BY, [targets, writer.TRACE_ID_SUFFIX]).fetchall()
+    return sorted({path for (path,) in rows} - set(targets))
+
+
 def _duplicates(con: duckdb.DuckDBPyConnection, targets: list[str]) -> dict[str, list[str]]:
     """Each forgotten file's duplicates that are not forgotten (`sources.duplicate_of`), in order."""
     rows = con.execute(
@@ -148,9 +186,6 @@ def _duplicates(con: duckdb.DuckDBPyConnection, targets: list[str]) -> dict[str,
     for original, path in rows:
         found.setdefault(original, []).append(path)
     return found
-
-
-_PATHS = "json_extract_string(attributes, '$.source_paths[*]')"
 
 
 def _sharing(con: duckdb.DuckDBPyConnection, paths: list[str], exclude: Iterable[str] = ()) -> list[str]:

@@ -196,9 +196,9 @@ def _delete_source(con: duckdb.DuckDBPyConnection, path: str) -> None:
 def delete_file(con: duckdb.DuckDBPyConnection, path: str) -> None:
     """Delete everything the store holds of `path`: its own traces, the traces joined from it and
     other files (their other files' parts go with them: `ingest.forget` reads those files again),
-    their rows, analysis and workload, its rejects and its `sources` row."""
+    their rows and analysis, its rejects and its `sources` row."""
     for traces in (_OWN_TRACES, JOINED_TRACES):
-        for table in (*TRACE_TABLES, "trace_workloads"):
+        for table in TRACE_TABLES:
             con.execute(f"DELETE FROM {table} WHERE trace_id IN ({traces})", [path])
         con.execute(f"DELETE FROM traces WHERE trace_id IN ({traces})", [path])
     con.execute("DELETE FROM rejects WHERE source_path = ?", [path])

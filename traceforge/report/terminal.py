@@ -126,8 +126,7 @@ def render_forget(console: Console, report: ForgetReport) -> None:
     if report.read_again:
         verb = "Would read again" if report.dry_run else "Read again"
         console.print(
-            f"{verb} {_count(len(report.read_again), 'file')}, to rebuild the traces they shared or to "
-            "hold the content they had too:"
+            f"{verb} {_count(len(report.read_again), 'file')}, which shared traces, content or ids with them:"
         )
         _list_paths(console, report.read_again)
     if report.dry_run:
