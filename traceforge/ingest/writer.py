@@ -179,7 +179,7 @@ _OWN_TRACES = (
 
 
 # The traces built from this file and others (`attributes.source_paths`: `ingest.joins`, `ingest.log_joins`).
-JOINED_TRACES = (
+_JOINED_TRACES = (
     "SELECT trace_id FROM traces "
     "WHERE list_contains(coalesce(json_extract_string(attributes, '$.source_paths[*]'), []), ?)"
 )
@@ -194,15 +194,13 @@ def _delete_source(con: duckdb.DuckDBPyConnection, path: str) -> None:
 
 
 def delete_file(con: duckdb.DuckDBPyConnection, path: str) -> None:
-    """Delete everything the store holds of `path`: its own traces, the traces joined from it and
-    other files (their other files' parts go with them: `ingest.forget` reads those files again),
-    their rows and analysis, its rejects and its `sources` row."""
-    for traces in (_OWN_TRACES, JOINED_TRACES):
-        for table in TRACE_TABLES:
-            con.execute(f"DELETE FROM {table} WHERE trace_id IN ({traces})", [path])
-        con.execute(f"DELETE FROM traces WHERE trace_id IN ({traces})", [path])
-    con.execute("DELETE FROM rejects WHERE source_path = ?", [path])
-    con.execute("DELETE FROM sources WHERE path = ?", [path])
+    """Delete everything the store holds of `path`: the traces joined from it and other files
+    (their other files' parts go with them: `ingest.forget` reads those files again), with their
+    rows and analysis, and what `_delete_source` deletes."""
+    for table in TRACE_TABLES:
+        con.execute(f"DELETE FROM {table} WHERE trace_id IN ({_JOINED_TRACES})", [path])
+    con.execute(f"DELETE FROM traces WHERE trace_id IN ({_JOINED_TRACES})", [path])
+    _delete_source(con, path)
 
 
 def adopt_relative_paths(con: duckdb.DuckDBPyConnection, files: list[Path]) -> None:
