@@ -10,12 +10,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from stopped_runs import stop_at_part
 from store_snapshot import snapshot
 from test_resumed_sessions import CONTINUATION, FIXTURES, RESUMED, read_lines, resumed_copy, write_lines
 
 from traceforge import store
 from traceforge.cli import cli
-from traceforge.ingest import parts, writer
+from traceforge.ingest import parts
 
 SAMPLES = Path(__file__).parent.parent / "sample_traces"
 OTEL = Path(__file__).parent / "fixtures" / "otlp" / "otel_genai_current.jsonl"  # a trace over its two lines
@@ -202,18 +203,9 @@ def test_a_file_a_run_stopped_writing_whose_source_is_gone_can_be_forgotten(runn
     ingested(runner, db, *files)
     monkeypatch.setattr(parts, "PARTS_MIN_BYTES", big.stat().st_size)
     monkeypatch.setattr(parts, "PART_ROWS", 1)
-    real_part_rows = writer.part_rows
-    calls = []
-
-    def stopped_at_second(*args):
-        calls.append(args[1])
-        if calls.count(str(big)) == 2:
-            raise KeyboardInterrupt  # Ctrl-C
-        return real_part_rows(*args)
-
-    monkeypatch.setattr(writer, "part_rows", stopped_at_second)
+    resume = stop_at_part(monkeypatch, big, 2)
     run(runner, "ingest", big, "--db", db, code=130)
-    monkeypatch.setattr(writer, "part_rows", real_part_rows)
+    resume()
     big.unlink()
     warning = "an earlier run stopped while writing this file"
     output = run(runner, "ingest", *files, "--db", db).output

@@ -47,6 +47,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import corpus as bench_corpus  # noqa: E402
 import recut_logs  # noqa: E402
 from builders import WEATHER_TOOL, OpenAILoop, openai_tool_call, write_jsonl  # noqa: E402
+from stopped_runs import stop_at_part  # noqa: E402
 from store_snapshot import ingest, snapshot  # noqa: E402
 
 
@@ -318,16 +319,7 @@ def test_a_run_stopped_in_a_file_leaves_it_marked_and_the_next_run_finishes_it(
         transcripts.write_text(original)
     ingest(tmp_path / "whole.duckdb", [work])
     in_parts(monkeypatch, rows=40)
-    real_part_rows = writer.part_rows
-    calls = []
-
-    def stopped_at_third(*args):
-        calls.append(args[1])
-        if calls.count(str(transcripts)) == 3:
-            raise KeyboardInterrupt  # Ctrl-C
-        return real_part_rows(*args)
-
-    monkeypatch.setattr(writer, "part_rows", stopped_at_third)
+    resume = stop_at_part(monkeypatch, transcripts, 3)
     result = runner.invoke(cli, ["ingest", str(work), "--db", str(db)])
     assert result.exit_code == 130 and "Interrupted. What finished before it is kept" in result.stderr
     con = store.connect(db, read_only=True)
@@ -337,7 +329,7 @@ def test_a_run_stopped_in_a_file_leaves_it_marked_and_the_next_run_finishes_it(
     assert marked == [(str(transcripts), parts.INTERRUPTED, 0)]
     assert 0 < held < len(transcripts.read_text().splitlines())  # two parts of it were written
 
-    monkeypatch.setattr(writer, "part_rows", real_part_rows)
+    resume()
     other = sorted(work.glob("openai-log-*.jsonl"))[0]  # ingested before the stop: unchanged
     result = runner.invoke(cli, ["ingest", str(other), "--db", str(db), "--json"])
     assert result.exit_code == 0, result.output
