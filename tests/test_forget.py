@@ -129,6 +129,7 @@ def test_forgetting_a_joined_file_reads_the_other_again_and_says_so(runner, tmp_
     assert "Forgot 1 file:" in output and "fewer in the store" in output
     assert "Read again 1 file, which shared traces, content or ids with them:" in output
     assert output.index("Read again") < output.index(second.name)
+    assert f"{first.name} is still there: the next `ingest` or `analyze` of its folder reads it" in output
     assert "Run `traceforge analyze` again" in output
 
 
@@ -189,6 +190,7 @@ def test_a_folder_forgets_every_file_ingested_from_under_it_gone_or_not(runner, 
     samples = sample_files(logs / "samples")
     db = ingested(runner, tmp_path / "all.duckdb", logs)
     shutil.rmtree(logs / "otel")
+    assert "still there" not in run(runner, "forget", logs / "otel", "--db", db, "--dry-run").output
     report = json.loads(run(runner, "forget", logs / "otel", "--db", db, "--json").stdout)
     assert report["forgotten"] == [str(path) for path in otel] and report["read_again"] == []
     assert snapshot(db) == snapshot(ingested(runner, tmp_path / "alone.duckdb", *samples))

@@ -129,6 +129,17 @@ def render_forget(console: Console, report: ForgetReport) -> None:
             f"{verb} {_count(len(report.read_again), 'file')}, which shared traces, content or ids with them:"
         )
         _list_paths(console, report.read_again)
+    still = [path for path in report.forgotten if os.path.exists(path)]
+    if len(still) == 1:
+        console.print(
+            f"{display_path(still[0])} is still there: the next `ingest` or `analyze` of its folder "
+            "reads it again; move or delete it to keep it out."
+        )
+    elif still:
+        console.print(
+            f"{len(still):,} of the files are still there: the next `ingest` or `analyze` of their "
+            "folders reads them again; move or delete them to keep them out."
+        )
     if report.dry_run:
         console.print("Nothing changed (--dry-run).")
     else:
