@@ -16,7 +16,7 @@ from test_resumed_sessions import CONTINUATION, FIXTURES, RESUMED, read_lines, r
 
 from traceforge import store
 from traceforge.cli import cli
-from traceforge.ingest import parts
+from traceforge.ingest import parallel, parts
 
 SAMPLES = Path(__file__).parent.parent / "sample_traces"
 OTEL = Path(__file__).parent / "fixtures" / "otlp" / "otel_genai_current.jsonl"  # a trace over its two lines
@@ -171,6 +171,20 @@ def test_nothing_is_forgotten_where_a_file_to_read_again_is_gone_or_changed(runn
     # forgotten together, neither is read
     run(runner, "forget", first, second, "--db", db)
     assert all(not rows for rows in snapshot(db).values())
+
+
+def test_a_forget_stopped_half_way_forgets_nothing(runner, tmp_path, monkeypatch):
+    first, second = gateway_halves(tmp_path / "logs")
+    db = ingested(runner, tmp_path / "all.duckdb", first, second)
+    before = snapshot(db)
+
+    def stopped(*args):  # Ctrl-C once the forgotten file's rows are deleted, before the rest is written
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(parallel, "write_items", stopped)
+    result = runner.invoke(cli, ["forget", str(first), "--db", str(db)])
+    assert result.exit_code == 130 and "Interrupted" in result.output
+    assert snapshot(db) == before
 
 
 def test_a_path_no_file_was_ingested_from_is_an_error_that_changes_nothing(runner, tmp_path):
