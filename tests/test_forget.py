@@ -10,9 +10,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from resumed_sessions import CONTINUATION, FIXTURES, RESUMED, read_lines, resumed_copy, write_lines
 from stopped_runs import stop_at_part
 from store_snapshot import snapshot
-from test_resumed_sessions import CONTINUATION, FIXTURES, RESUMED, read_lines, resumed_copy, write_lines
 
 from traceforge import store
 from traceforge.cli import cli
