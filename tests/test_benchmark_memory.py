@@ -61,3 +61,10 @@ def test_the_run_records_the_commit_it_measured():
         ["git", "status", "--porcelain", "--untracked-files=no"], cwd=here, capture_output=True
     )
     assert recorded.endswith("-dirty") == bool(changed.stdout.strip())
+
+
+def test_a_run_outside_a_git_checkout_records_no_commit(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench, "HERE", tmp_path)  # a folder no git repository holds
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    assert bench._commit() is None
+    assert bench.machine()["commit"] is None

@@ -193,6 +193,25 @@ def test_results_without_input_sizes_are_refused_with_what_to_do(results, tmp_pa
     assert not list(tmp_path.glob("*.svg"))
 
 
+@pytest.mark.parametrize("broken", ["missing", "not JSON", "no measurements"])
+def test_a_results_file_that_cannot_be_read_is_named_with_why(tmp_path, capsys, broken):
+    path = tmp_path / "results.json"
+    if broken == "not JSON":
+        path.write_text('{"measurements": [')
+    elif broken == "no measurements":
+        path.write_text("{}")
+    assert bench_plot.main([str(path)]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith(f"error: {path}: ")
+    why = {
+        "missing": "No such file or directory",
+        "not JSON": "Expecting value: line 1 column 19",
+        "no measurements": "missing 'measurements'",
+    }
+    assert why[broken] in error
+    assert not list(tmp_path.glob("*.svg"))
+
+
 def test_a_run_s_own_json_draws_its_figures(tmp_path, monkeypatch):
     """What `run.py --json --plot` writes, the plots read: every table of a run (on tiny corpora,
     each measurement stood in for by its input's size, so that no store is written) tags its
