@@ -210,6 +210,20 @@ def test_a_folder_forgets_every_file_ingested_from_under_it_gone_or_not(runner, 
     assert snapshot(db) == snapshot(ingested(runner, tmp_path / "alone.duckdb", *samples))
 
 
+def test_many_files_forgotten_are_listed_up_to_twenty(runner, tmp_path):
+    runs = json.loads((SAMPLES / "openai_chat_transcripts.json").read_text())
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    for number in range(23):
+        (folder / f"run-{number:02}.json").write_text(json.dumps([{**runs[0], "id": f"run-{number}"}]))
+    db = ingested(runner, tmp_path / "all.duckdb", folder)
+    output = run(runner, "forget", folder, "--db", db).output
+    assert "Forgot 23 files: 23 traces" in output
+    listed = [line.strip() for line in output.splitlines() if line.strip().endswith(".json")]
+    assert len(listed) == 20 and "... and 3 more" in output
+    assert "23 of the files are still there" in output
+
+
 def test_a_file_a_run_stopped_writing_whose_source_is_gone_can_be_forgotten(runner, tmp_path, monkeypatch):
     files = sample_files(tmp_path / "logs")
     stopped = SAMPLES.parent / "tests" / "fixtures" / "otlp" / "otel_genai_current.jsonl"
