@@ -142,9 +142,9 @@ def _not_readable(path: str, sha256: str | None) -> str | None:
     return None
 
 
-# The files (but `?`, the forgotten ones) of the traces with ids another form of which a forgotten
-# file's trace holds: a trace id with the writer's suffix, a tool call id `<its trace>/<id>`, or a
-# call or tool call marked as a copy of one (a resumed session's). They took that form because the
+# The files of the traces that hold, in another form, an id a trace of the forgotten files ($1)
+# holds: a trace id with the writer's suffix ($2), a tool call id `<its trace>/<id>`, or a call or
+# tool call marked as a copy of one (a resumed session's). They took that form because the
 # forgotten file held the id first; read again, they take the ids they would have had alone.
 _RENAMED_BY = f"""
 WITH gone AS (
