@@ -194,7 +194,8 @@ def test_a_path_no_file_was_ingested_from_is_an_error_that_changes_nothing(runne
     error = run(runner, "forget", files[0], tmp_path / "elsewhere.jsonl", "--db", db, code=1).output
     assert "elsewhere.jsonl: no file ingested from there" in error and "SELECT path FROM sources" in error
     assert snapshot(db) == before
-    run(runner, "forget", files[0], "--db", tmp_path / "none.duckdb", code=1)
+    error = run(runner, "forget", files[0], "--db", tmp_path / "none.duckdb", code=1).output
+    assert "none.duckdb: no such store. Run `traceforge ingest PATH` first." in error
     assert not (tmp_path / "none.duckdb").exists()
 
 
@@ -204,7 +205,9 @@ def test_a_folder_forgets_every_file_ingested_from_under_it_gone_or_not(runner, 
     samples = sample_files(logs / "samples")
     db = ingested(runner, tmp_path / "all.duckdb", logs)
     shutil.rmtree(logs / "otel")
-    assert "still there" not in run(runner, "forget", logs / "otel", "--db", db, "--dry-run").output
+    dry = run(runner, "forget", logs / "otel", "--db", db, "--dry-run").output
+    assert "Would forget 2 files:" in dry and "Nothing changed (--dry-run)." in dry
+    assert "still there" not in dry and "Run `traceforge analyze` again" not in dry
     report = json.loads(run(runner, "forget", logs / "otel", "--db", db, "--json").stdout)
     assert report["forgotten"] == [str(path) for path in otel] and report["read_again"] == []
     assert snapshot(db) == snapshot(ingested(runner, tmp_path / "alone.duckdb", *samples))
@@ -246,3 +249,15 @@ def test_a_file_a_run_stopped_writing_whose_source_is_gone_can_be_forgotten(runn
     assert "Forgot 1 file:" in output
     assert warning not in run(runner, "ingest", *files, "--db", db).output
     assert snapshot(db) == snapshot(ingested(runner, tmp_path / "alone.duckdb", *files))
+
+
+def test_the_rejected_records_a_file_held_are_counted_where_some_go(runner, tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    clean, broken = logs / "clean.jsonl", logs / "broken.jsonl"
+    shutil.copy(SAMPLES / "anthropic_messages_transcripts.jsonl", clean)
+    broken.write_text((SAMPLES / "openai_chat_gateway.jsonl").read_text() + '{"cut short by a crash\n')
+    db = ingested(runner, tmp_path / "all.duckdb", logs)
+    assert "rejected record" not in run(runner, "forget", clean, "--db", db).output
+    output = run(runner, "forget", broken, "--db", db).output
+    assert "8 traces, 56 LLM calls, 47 tool calls, 1 rejected record fewer in the store" in output

@@ -10,6 +10,7 @@ import pytest
 from builders import WEATHER_TOOL, AnthropicLoop, OpenAILoop, write_jsonl
 from conftest import REPO
 
+from traceforge import store
 from traceforge.analysis import workloads
 from traceforge.analysis.prefill_decode import combine, prefill_decode
 from traceforge.analysis.prefix_cache import estimate_tokens
@@ -365,3 +366,25 @@ def test_a_source_without_cache_counts_reads_as_unreported_not_as_a_cold_cache(r
         for row in json.loads(reuse.output)
     }
     assert reuse_of == {"plain": (1, None), "cached": (0, 75.0)}
+
+
+def test_a_trace_a_changed_file_no_longer_holds_leaves_the_workloads_the_last_analyze_gave(runner, tmp_path):
+    runs = json.loads((REPO / "sample_traces" / "openai_chat_transcripts.json").read_text())
+    export = tmp_path / "logs" / "export.json"
+    export.parent.mkdir()
+    export.write_text(json.dumps(runs[:3]))
+    db = tmp_path / "store.duckdb"
+    result = runner.invoke(
+        cli, ["analyze", str(export.parent), "--db", str(db), "--out", str(tmp_path / "out")]
+    )
+    assert result.exit_code == 0, result.output
+    # the file rewritten with its first run under another id: that trace goes, the other two stay
+    export.write_text(json.dumps([{**runs[0], "id": "run_renamed"}, *runs[1:3]]))
+    result = runner.invoke(cli, ["ingest", str(export), "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    con = store.connect(db, read_only=True)
+    try:
+        assigned = {row[0] for row in con.execute("SELECT trace_id FROM trace_workloads").fetchall()}
+    finally:
+        con.close()
+    assert assigned == {runs[1]["id"], runs[2]["id"]}

@@ -16,9 +16,9 @@ as copies of a forgotten file's calls (`copy_of`, a resumed Claude Code session)
 Files whose trace, LLM call or tool call ids took another form because a forgotten file held them
 first (a resumed session's copied calls, `<session>/toolu_…`; a trace id with the writer's suffix)
 are read again too, and take the ids they would have had alone. The other files' ids stay as
-they were. The workload tables (`workloads`,
-`inference_profile`) and what was exported before still count the forgotten traces until
-`traceforge analyze` (or `profile`) and the exports run again.
+they were. The workload tables (`workloads`, `inference_profile`) and what was exported before
+still count the forgotten traces until `traceforge analyze` (or `profile`) and the exports run
+again.
 """
 
 from __future__ import annotations
@@ -40,8 +40,6 @@ class CannotForget(ValueError):
     """A path names no ingested file, or a file to read again cannot be: nothing was forgotten."""
 
 
-# The files a trace was joined from (`ingest.joins`, `ingest.log_joins`).
-_PATHS = "json_extract_string(attributes, '$.source_paths[*]')"
 # The tables whose rows a report counts: what the store holds fewer of once files are forgotten.
 REMOVED_FROM = ("traces", "llm_calls", "tool_calls", "rejects")
 
@@ -55,16 +53,15 @@ class ForgetReport:
     dry_run: bool = False  # everything done, then rolled back
 
 
-def stored_files(con: duckdb.DuckDBPyConnection, paths: Iterable[str | Path]) -> list[str]:
-    """The ingested files (`sources.path`) that `paths` name: a file as ingested, or a folder and
-    every file ingested from under it; neither need exist any more. Raises CannotForget for a path
-    that names none."""
-    stored = [path for (path,) in con.execute("SELECT path FROM sources ORDER BY path").fetchall()]
+def stored_files(stored: Iterable[str], paths: Iterable[str | Path]) -> list[str]:
+    """The ingested files (`stored`: `sources.path`) that `paths` name: a file as ingested, or a
+    folder and every file ingested from under it; neither need exist any more. Raises CannotForget
+    for a path that names none."""
     found: list[str] = []
     for given in paths:
         absolute = os.path.abspath(given)
         folder = absolute.rstrip(os.sep) + os.sep
-        named = [p for p in stored if p in (str(given), absolute) or p.startswith(folder)]
+        named = [p for p in sorted(stored) if p in (str(given), absolute) or p.startswith(folder)]
         if not named:
             raise CannotForget(
                 f"{given}: no file ingested from there; the `sources` table lists those that were "
@@ -81,24 +78,28 @@ def forget_files(
     files whose data is in the same traces or that had the same content, all in one transaction.
     With `dry_run`, do all of it and roll it back: the report says what would go. Raises
     CannotForget."""
-    targets = stored_files(con, paths)
-    shas = dict(con.execute("SELECT path, sha256 FROM sources").fetchall())
-    duplicates = _duplicates(con, targets)
+    rows = con.execute("SELECT path, sha256, format, duplicate_of FROM sources").fetchall()
+    sources = {path: rest for path, *rest in rows}
+    targets = stored_files(sources, paths)
+    duplicates: dict[str, list[str]] = {}  # each forgotten file's duplicates not forgotten, in order
+    for path, (_, _, original) in sorted(sources.items()):
+        if original in targets and path not in targets:
+            duplicates.setdefault(original, []).append(path)
     holders = [copies[0] for copies in duplicates.values()]
     sharing = _sharing(con, targets)
     read_again = sorted({*sharing, *holders, *_renamed_by(con, targets)})
     # a trace joined from a file read again and files kept is rebuilt from those files too
     needed = sorted({*read_again, *_sharing(con, read_again, exclude=targets)})
     for path in needed:
-        if (why := _not_readable(path, shas.get(path))) is not None:
+        if (why := _not_readable(path, sources[path][0])) is not None:
             raise CannotForget(
                 f"{path} holds data of the same traces as the files to forget (or their content) and "
                 f"must be read again, but {why}"
             )
-    formats = dict(con.execute("SELECT path, format FROM sources").fetchall())
     items = []
     for path in read_again:
-        item = _parse_file(Path(path), shas[path], _resolve_adapter(formats.get(path) or "auto"))
+        sha, fmt, _ = sources[path]
+        item = _parse_file(Path(path), sha, _resolve_adapter(fmt or "auto"))
         item.replaces = True
         items.append(item)
     before = _totals(con)
@@ -113,8 +114,6 @@ def forget_files(
                     [holder, others],
                 )
         joins = parallel.write_items(con, items, set(read_again))
-        # the workload of every trace that went: those of the files forgotten and those read again
-        con.execute("DELETE FROM trace_workloads WHERE trace_id NOT IN (SELECT trace_id FROM traces)")
         after = _totals(con)
         removed = {table: count - after[table] for table, count in before.items()}
         if dry_run:
@@ -128,7 +127,8 @@ def forget_files(
 
 
 def _totals(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
-    return {table: con.execute(f"SELECT count(*) FROM {table}").fetchone()[0] for table in REMOVED_FROM}
+    counts = ", ".join(f"(SELECT count(*) FROM {table})" for table in REMOVED_FROM)
+    return dict(zip(REMOVED_FROM, con.execute(f"SELECT {counts}").fetchone(), strict=True))
 
 
 def _not_readable(path: str, sha256: str | None) -> str | None:
@@ -149,7 +149,8 @@ def _not_readable(path: str, sha256: str | None) -> str | None:
 _RENAMED_BY = f"""
 WITH gone AS (
     SELECT trace_id FROM traces
-    WHERE source_path IN (SELECT unnest($1::VARCHAR[])) OR list_has_any(coalesce({_PATHS}, []), $1::VARCHAR[])
+    WHERE source_path IN (SELECT unnest($1::VARCHAR[]))
+       OR list_has_any(coalesce({writer.SOURCE_PATHS}, []), $1::VARCHAR[])
 ),
 gone_tools AS (SELECT tool_call_id FROM tool_calls WHERE trace_id IN (SELECT trace_id FROM gone))
 SELECT DISTINCT t.source_path FROM traces t
@@ -175,26 +176,13 @@ def _renamed_by(con: duckdb.DuckDBPyConnection, targets: list[str]) -> list[str]
     return sorted({path for (path,) in rows} - set(targets))
 
 
-def _duplicates(con: duckdb.DuckDBPyConnection, targets: list[str]) -> dict[str, list[str]]:
-    """Each forgotten file's duplicates that are not forgotten (`sources.duplicate_of`), in order."""
-    rows = con.execute(
-        "SELECT duplicate_of, path FROM sources WHERE duplicate_of IN (SELECT unnest(?::VARCHAR[])) "
-        "AND path NOT IN (SELECT unnest(?::VARCHAR[])) ORDER BY duplicate_of, path",
-        [targets, targets],
-    ).fetchall()
-    found: dict[str, list[str]] = {}
-    for original, path in rows:
-        found.setdefault(original, []).append(path)
-    return found
-
-
 def _sharing(con: duckdb.DuckDBPyConnection, paths: list[str], exclude: Iterable[str] = ()) -> list[str]:
     """The other files of the traces joined from any of `paths` and other files, but `exclude`."""
     if not paths:
         return []
     (found,) = con.execute(
-        f"SELECT list_sort(list_distinct(flatten(list({_PATHS})))) FROM traces "
-        f"WHERE list_has_any(coalesce({_PATHS}, []), ?::VARCHAR[])",
+        f"SELECT list_sort(list_distinct(flatten(list({writer.SOURCE_PATHS})))) FROM traces "
+        f"WHERE list_has_any(coalesce({writer.SOURCE_PATHS}, []), ?::VARCHAR[])",
         [paths],
     ).fetchone()
     left_out = {*paths, *exclude}

@@ -296,9 +296,9 @@ def write_items(
     """Write files in the transaction open on `con`: prepared files whose ids are free as they are;
     the files parsed here (duplicates, a serial ingest's) and the prepared files whose ids collide,
     named together by `writer` (a prepared file's rows renamed, not parsed again); then join the
-    traces now spread over several files (`ingest.joins`, `ingest.log_joins`) and mark the requests
-    logged twice (`ingest.copies`). The files in `replaces` replace what the store held of them.
-    Returns what was joined."""
+    traces now spread over several files (`ingest.joins`, `ingest.log_joins`), mark the requests
+    logged twice (`ingest.copies`) and drop the workload rows of traces that went. The files in
+    `replaces` replace what the store held of them. Returns what was joined."""
     replaced = [item.path for item in items if item.path in replaces]
     for path in replaced:
         writer._delete_source(con, path)
@@ -325,6 +325,9 @@ def write_items(
     joins = join_split_traces(con, replaced)
     joins.extend(join_log_conversations(con, replaced))
     mark_copies(con)
+    # A trace that went (a file replaced or forgotten, parts joined) goes from the workloads the last
+    # `analyze` gave; a trace written again under its id keeps its workload until the next one.
+    con.execute("DELETE FROM trace_workloads WHERE trace_id NOT IN (SELECT trace_id FROM traces)")
     return joins
 
 

@@ -178,11 +178,10 @@ _OWN_TRACES = (
 )
 
 
-# The traces built from this file and others (`attributes.source_paths`: `ingest.joins`, `ingest.log_joins`).
-_JOINED_TRACES = (
-    "SELECT trace_id FROM traces "
-    "WHERE list_contains(coalesce(json_extract_string(attributes, '$.source_paths[*]'), []), ?)"
-)
+# The files a trace was built from, where it was joined from several (`ingest.joins`, `ingest.log_joins`).
+SOURCE_PATHS = "json_extract_string(attributes, '$.source_paths[*]')"
+# The traces built from this file and others.
+_JOINED_TRACES = f"SELECT trace_id FROM traces WHERE list_contains(coalesce({SOURCE_PATHS}, []), ?)"
 
 
 def _delete_source(con: duckdb.DuckDBPyConnection, path: str) -> None:

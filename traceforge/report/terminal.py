@@ -115,18 +115,20 @@ def render_unfinished(console: Console, paths: list[str]) -> None:
 
 def render_forget(console: Console, report: ForgetReport) -> None:
     removed = report.removed
-    nouns = {"traces": "trace", "llm_calls": "LLM call", "tool_calls": "tool call"}
-    nouns["rejects"] = "rejected record"  # said only where some go
-    fewer = ", ".join(
-        _count(removed[table], noun) for table, noun in nouns.items() if removed[table] or table != "rejects"
-    )
+    fewer = [
+        plural(removed["traces"], "trace"),
+        plural(removed["llm_calls"], "LLM call"),
+        plural(removed["tool_calls"], "tool call"),
+    ]
+    if removed["rejects"]:
+        fewer.append(plural(removed["rejects"], "rejected record"))
     verb = "Would forget" if report.dry_run else "Forgot"
-    console.print(f"{verb} {_count(len(report.forgotten), 'file')}: {fewer} fewer in the store.")
+    console.print(f"{verb} {plural(len(report.forgotten), 'file')}: {', '.join(fewer)} fewer in the store.")
     _list_paths(console, report.forgotten)
     if report.read_again:
         verb = "Would read again" if report.dry_run else "Read again"
         console.print(
-            f"{verb} {_count(len(report.read_again), 'file')}, which shared traces, content or ids with them:"
+            f"{verb} {plural(len(report.read_again), 'file')}, which shared traces, content or ids with them:"
         )
         _list_paths(console, report.read_again)
     still = [path for path in report.forgotten if os.path.exists(path)]
@@ -147,10 +149,6 @@ def render_forget(console: Console, report: ForgetReport) -> None:
             "Run `traceforge analyze` again: the workload tables and reports still count what went, "
             "and datasets exported before still hold it."
         )
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number:,} {noun}{'' if number == 1 else 's'}"
 
 
 def _list_paths(console: Console, paths: list[str]) -> None:
