@@ -124,6 +124,37 @@ def test_terminal_report_is_readable_at_80_columns(analysed):
     too_wide = [line for line in lines if len(line) > 80]
     assert not too_wide, too_wide[:3]
     assert len(lines) > 30
+    # dated model ids (`claude-sonnet-4-5-20250929`) stay whole: the table narrows its gaps first
+    for row in summary["by_workload_model"]:
+        assert any(re.search(rf"\s{re.escape(row['model'])}\s", line) for line in lines), row["model"]
+
+
+def test_the_example_in_docs_analyze_md_is_what_analyze_prints(runner, tmp_path, monkeypatch):
+    """docs/analyze.md shows the report of the samples at 80 columns: a change to what the report
+    prints, or to the samples, must come with the page (its cached shares once went stale)."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(SAMPLE_TRACES, "sample_traces")
+    result = runner.invoke(cli, ["analyze", "sample_traces/"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    page = (REPO / "docs" / "analyze.md").read_text()
+    example = page.split("$ traceforge analyze sample_traces/\n", 1)[1].split("```", 1)[0]
+    printed = [line.rstrip() for line in result.stdout.splitlines()]
+    assert printed == example.splitlines()
+
+
+def test_terminal_tables_keep_two_space_gaps_where_they_fit(analysed):
+    _, out, _ = analysed
+    summary = json.loads((out / "summary.json").read_text())
+    shown = {}
+    for width in (80, 120):
+        buffer = io.StringIO()
+        render_report(Console(file=buffer, width=width, color_system=None), summary, "store.duckdb")
+        shown[width] = buffer.getvalue()
+    # the longest workload name and model id, and the header of two columns as wide as it
+    assert "travel-support  gpt-4.1-mini-2025-04-14 " in shown[120] and " traces  calls " in shown[120]
+    assert "travel-support gpt-4.1-mini-2025-04-14 " in shown[80] and " traces calls " in shown[80]
+    # the spend table fits at 80 columns as it is
+    assert " #  workload        traces   cost" in shown[80]
 
 
 def test_json_prints_summary_json_and_a_rerun_reuses_the_store(analysed, runner, tmp_path):

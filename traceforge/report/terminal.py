@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
@@ -306,7 +307,7 @@ def render_summary(
             human(cached) if cached is not None and row["llm_calls"] > row["calls_without_usage"] else "-",
             human(row["output_tokens"]) if row["llm_calls"] > row["calls_without_usage"] else "-",
         )
-    console.print(table, soft_wrap=False)  # a table fits the terminal width
+    _print_table(console, table)
     label_note(console, labels)
     if t["rejects"]:
         console.print(f"[yellow]{t['rejects']} rejected records[/] (kept in the `rejects` table):")
@@ -329,6 +330,15 @@ def _section(console: Console, title: str) -> None:
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
+
+
+def _print_table(console: Console, table: Table) -> None:
+    """Print a table within the terminal's width: where its two-space gaps would make it wider
+    (an 80-column terminal, dated model ids), it takes one-space gaps before folding a cell."""
+    unbounded = console.options.update_width(sys.maxsize)
+    if table.__rich_measure__(console, unbounded).maximum > console.width:
+        table.padding = (0, 0, 0, 0)
+    console.print(table, soft_wrap=False)
 
 
 def _table(*columns: tuple[str, str]) -> Table:
@@ -381,7 +391,7 @@ def _render_spend(console: Console, spend: dict[str, Any], labels: dict[str, str
             _pct(w["share"]),
             _pct(w["cumulative_share"]),
         )
-    console.print(table, soft_wrap=False)
+    _print_table(console, table)
     if len(spend["workloads"]) > 15:
         console.print(f"  ... {len(spend['workloads']) - 15} more in summary.json")
     top = spend.get("top_80_percent") or []
@@ -428,7 +438,7 @@ def _render_parallel(console: Console, parallel: dict[str, Any], labels: dict[st
                 str(pair["sequential_pairs"]),
             )
         console.print("Tool pairs made in sequence without needing each other:")
-        console.print(table, soft_wrap=False)
+        _print_table(console, table)
     top = parallel.get("top_traces") or []
     if top:
         table = _table(
@@ -447,7 +457,7 @@ def _render_parallel(console: Console, parallel: dict[str, Any], labels: dict[st
                 str(trace["turns_saved"]),
             )
         console.print("Traces with most to save (see one with `traceforge dag TRACE_ID`):")
-        console.print(table, soft_wrap=False)
+        _print_table(console, table)
 
 
 def _render_inference(console: Console, rows: list[dict[str, Any]], labels: dict[str, str]) -> None:
@@ -478,7 +488,7 @@ def _render_inference(console: Console, rows: list[dict[str, Any]], labels: dict
             f"{gap / 1000:.1f}s" if gap is not None else "-",
             _plan(plan),
         )
-    console.print(table, soft_wrap=False)
+    _print_table(console, table)
     console.print(
         "P:D is uncached input per output token; 'cached' is what the provider's cache served "
         "('-' where the source reports no cache counts), "
