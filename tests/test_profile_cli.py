@@ -8,6 +8,7 @@ import math
 
 import pytest
 from builders import WEATHER_TOOL, AnthropicLoop, OpenAILoop, openai_tool_call, write_jsonl
+from conftest import REPO
 
 from traceforge.cli import cli
 
@@ -227,3 +228,22 @@ def test_an_out_folder_that_cannot_be_written_is_an_error_with_what_to_do(tmp_pa
         result.output
     )
     assert "choose another --out, then run `traceforge profile` again" in result.output
+
+
+def test_the_example_in_docs_profile_md_is_what_profile_prints(shared_data, runner, tmp_path, monkeypatch):
+    """docs/profile.md shows the profile of the recorded traces, up to its `...`: a change to what
+    `profile` prints must come with the page (its spend table once showed whole paths, cut)."""
+    monkeypatch.chdir(tmp_path)
+    folders = [str(shared_data / name) for name in ("tau2-bench", "openhands", "claude-code", "swe-agent")]
+    ingested = runner.invoke(cli, ["ingest", *folders])
+    assert ingested.exit_code == 0, ingested.output
+    profiled = runner.invoke(cli, ["profile", "--target-rps", "10"], env={"COLUMNS": "100"})
+    assert profiled.exit_code == 0, profiled.output
+    page = (REPO / "docs" / "profile.md").read_text()
+    example = page.split("$ traceforge ingest ../shared/data/", 1)[1].split("```", 1)[0].splitlines()
+    ingest_line, command = example[2], example[3]
+    assert ingest_line == ingested.output.splitlines()[-1]
+    assert command == "$ traceforge profile --target-rps 10"
+    shown = example[4 : example.index("...", 4)]
+    assert len(shown) > 30
+    assert [line.rstrip() for line in profiled.stdout.splitlines()[: len(shown)]] == shown
