@@ -791,11 +791,8 @@ def claude_code_session(run: Run) -> list[str]:
     line("progress", start - 2000, data=hook, toolUseID=_uuid(run.uid, 1 << 30))
     for n, event in enumerate(run.events):
         if isinstance(event, str):
-            line(
-                "user",
-                start if n == 0 else run.events[n - 1].end_ms + 1000,
-                message={"role": "user", "content": event},
-            )
+            asked = start if n == 0 else _ended(run.events[n - 1]) + 1000
+            line("user", asked, message={"role": "user", "content": event})
             continue
         prompt = _tokens(event.prompt_chars)
         read = _tokens(event.previous_prompt_chars) if event.previous_prompt_chars else 0
@@ -819,7 +816,7 @@ def claude_code_session(run: Run) -> list[str]:
                 "usage": usage,
             }
             line("assistant", event.end_ms, message=message, requestId="req_" + event.uid)
-        for use in event.uses:
+        for use in sorted(event.uses, key=lambda u: u.end_ms):  # appended as each tool finishes
             result = {"tool_use_id": "toolu_" + use.id[5:], "type": "tool_result", "content": use.result}
             if use.is_error:
                 result["is_error"] = True
@@ -827,6 +824,11 @@ def claude_code_session(run: Run) -> list[str]:
         if not event.uses:
             line("system", event.end_ms + 50, subtype="stop_hook_summary", hookCount=1, level="suggestion")
     return lines
+
+
+def _ended(event: Step) -> int:
+    """When an LLM call's turn ended: its response, or the last of its tools."""
+    return max([event.end_ms] + [use.end_ms for use in event.uses])
 
 
 def _attr(key: str, value: Any) -> dict[str, Any]:

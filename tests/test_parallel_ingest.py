@@ -305,6 +305,11 @@ def test_a_claude_code_corpus_ingests_to_what_its_generator_wrote(tmp_path):
     # per session, the SessionStart hook's line and the stop hook's summary after its one reply
     # without tool calls (its last), skipped by rule
     assert sum(sum(f.skipped.values()) for f in report.files) == 2 * len(manifest["files"])
+    # appended as things happen: a file's times never go back (a parallel turn's results as each
+    # tool finishes, a follow-up question after the last result), as in recorded sessions
+    for path in folder.glob("*.jsonl"):
+        times = [json.loads(line)["timestamp"] for line in path.read_text().splitlines()]
+        assert times == sorted(times), path.name
 
 
 def test_the_corpus_follows_a_power_law_and_mixes_long_and_short_runs(small_corpus):
