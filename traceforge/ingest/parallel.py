@@ -262,11 +262,12 @@ def parse_in_pool(
     if spool:
         os.makedirs(spool, exist_ok=True)
     folder = tempfile.mkdtemp(prefix=".traceforge-rows-", dir=spool)
-    shared = (fmt, known, set(known.values()), in_parts, parts_min_bytes, folder, SPOOL_MIN_BYTES)
+    # sent to each worker once; `_prepare` gets them before each task's paths
+    settings = (fmt, known, set(known.values()), in_parts, parts_min_bytes, folder, SPOOL_MIN_BYTES)
     paths = [str(path) for path in files]
     tasks = file_groups(paths, _sizes(paths, content_sizes), GROUP_BYTES, GROUP_FILES)
     try:
-        for outcomes in ordered_map("traceforge.ingest.parallel:_prepare", tasks, workers, shared):
+        for outcomes in ordered_map("traceforge.ingest.parallel:_prepare", tasks, workers, settings):
             yield from outcomes
     finally:
         shutil.rmtree(folder, ignore_errors=True)
