@@ -147,11 +147,7 @@ def _not_readable(path: str, sha256: str | None) -> str | None:
 # tool call marked as a copy of one (a resumed session's). They took that form because the
 # forgotten file held the id first; read again, they take the ids they would have had alone.
 _RENAMED_BY = f"""
-WITH gone AS (
-    SELECT trace_id FROM traces
-    WHERE source_path IN (SELECT unnest($1::VARCHAR[]))
-       OR list_has_any(coalesce({writer.SOURCE_PATHS}, []), $1::VARCHAR[])
-),
+WITH gone AS ({writer.TRACES_OF_FILES}),
 gone_tools AS (SELECT tool_call_id FROM tool_calls WHERE trace_id IN (SELECT trace_id FROM gone))
 SELECT DISTINCT t.source_path FROM traces t
 WHERE t.trace_id NOT IN (SELECT trace_id FROM gone) AND (

@@ -46,7 +46,7 @@ from traceforge.model import ParseResult, Trace
 # their traces holds yet, and the joined ones that involve a file written again in this
 # transaction; and whether every part was left apart before (`attributes.left_apart`), with the
 # file that was missing then.
-_GROUPS = """
+_GROUPS = f"""
 WITH parts AS (
     SELECT trace_id,
            source_format,
@@ -55,7 +55,7 @@ WITH parts AS (
                 THEN json_extract_string(attributes, '$.conversation_id')
                 ELSE regexp_replace(trace_id, ?, '') END AS key,
            CASE WHEN json_exists(attributes, '$.source_paths')
-                THEN json_extract_string(attributes, '$.source_paths[*]')
+                THEN {writer.SOURCE_PATHS}
                 ELSE [source_path] END AS paths,
            coalesce(json_exists(attributes, '$.left_apart'), false) AS settled,
            json_extract_string(attributes, '$.left_apart.missing') AS missing
@@ -97,20 +97,16 @@ WHERE path IN (SELECT unnest(?::VARCHAR[]))
 
 
 # How many of the traces a file describes have been built with it.
-_DESCRIBED_USED = """
+_DESCRIBED_USED = f"""
 SELECT count(DISTINCT json_extract_string(attributes, '$.conversation_id')) FROM traces
-WHERE list_contains(coalesce(json_extract_string(attributes, '$.source_paths[*]'), []), ?)
+WHERE list_contains(coalesce({writer.SOURCE_PATHS}, []), ?)
   AND json_extract_string(attributes, '$.conversation_id') IN (SELECT unnest(?::VARCHAR[]))
 """
 
 
 # The traces, LLM calls and tool calls the store holds of some files, a joined trace counted once.
-_HOLDINGS = """
-WITH held AS (
-    SELECT trace_id FROM traces
-    WHERE source_path IN (SELECT unnest(?::VARCHAR[]))
-       OR list_has_any(coalesce(json_extract_string(attributes, '$.source_paths[*]'), []), ?::VARCHAR[])
-)
+_HOLDINGS = f"""
+WITH held AS ({writer.TRACES_OF_FILES})
 SELECT (SELECT count(*) FROM held),
        (SELECT count(*) FROM llm_calls WHERE trace_id IN (SELECT trace_id FROM held)),
        (SELECT count(*) FROM tool_calls WHERE trace_id IN (SELECT trace_id FROM held))
@@ -119,7 +115,7 @@ SELECT (SELECT count(*) FROM held),
 
 def holdings(con: duckdb.DuckDBPyConnection, paths: list[str]) -> dict[str, int]:
     """What the store holds of `paths`: traces, LLM calls and tool calls, a joined trace once."""
-    traces, llm_calls, tool_calls = con.execute(_HOLDINGS, [paths, paths]).fetchone()
+    traces, llm_calls, tool_calls = con.execute(_HOLDINGS, [paths]).fetchone()
     return {"traces": traces, "llm_calls": llm_calls, "tool_calls": tool_calls}
 
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import duckdb
 
-from traceforge.ingest import api_log, openai_responses
+from traceforge.ingest import api_log, openai_responses, writer
 from traceforge.ingest.joins import (
     JoinReport,
     Replacement,
@@ -83,10 +83,10 @@ ORDER BY 1, 2
 
 # Joined log traces holding calls of a file this transaction wrote again: built again from the
 # files' content.
-_REWRITTEN = """
+_REWRITTEN = f"""
 SELECT trace_id FROM traces
 WHERE json_exists(attributes, '$.source_paths')
-  AND list_has_any(json_extract_string(attributes, '$.source_paths[*]'), ?::VARCHAR[])
+  AND list_has_any({writer.SOURCE_PATHS}, ?::VARCHAR[])
   AND trace_id IN (SELECT trace_id FROM llm_calls WHERE chain_state IS NOT NULL)
 ORDER BY 1
 """

@@ -180,6 +180,11 @@ _OWN_TRACES = (
 
 # The files a trace was built from, where it was joined from several (`ingest.joins`, `ingest.log_joins`).
 SOURCE_PATHS = "json_extract_string(attributes, '$.source_paths[*]')"
+# The traces built from any of the files in the parameter $1 (a list of paths), joined ones included.
+TRACES_OF_FILES = (
+    "SELECT trace_id FROM traces WHERE source_path IN (SELECT unnest($1::VARCHAR[])) "
+    f"OR list_has_any(coalesce({SOURCE_PATHS}, []), $1::VARCHAR[])"
+)
 # The traces built from this file and others.
 _JOINED_TRACES = f"SELECT trace_id FROM traces WHERE list_contains(coalesce({SOURCE_PATHS}, []), ?)"
 
