@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 from builders import OpenAILoop, openai_tool_call, write_jsonl
+from conftest import SAMPLE_TRACES
 
 from traceforge import store
 from traceforge.cli import cli
@@ -335,6 +336,22 @@ def test_a_gzip_file_s_size_is_its_content_s(tmp_path):
     assert packed.stat().st_size < 1_000
     assert sources.content_size(packed) == (90_000, True)
     assert sources.content_size(plain) == (90_000, False)
+
+
+def test_a_cut_gzip_file_is_not_taken_for_a_big_one_by_its_last_bytes(tmp_path, runner):
+    """A gzip file's size comes from its trailer, the last 4 bytes: in a file cut short they are
+    whatever the data held there, here 1.6 GB, which no 2 kB of deflate could hold. The file fails
+    as cut, with no note about a file too big to hold."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    packed = gzip.compress((SAMPLE_TRACES / "openai_chat_gateway.jsonl").read_bytes())
+    cut = packed[:2_000] + (1_600_000_000).to_bytes(4, "little")
+    (logs / "archive.jsonl.gz").write_bytes(cut)
+    assert sources.content_size(logs / "archive.jsonl.gz") == (len(cut), True)
+    result = runner.invoke(cli, ["ingest", str(logs), "--db", str(tmp_path / "s.duckdb")])
+    assert result.exit_code == 1, result.output
+    assert "corrupt or truncated gzip data" in result.stderr
+    assert "note:" not in result.stderr and "GB" not in result.stderr
 
 
 def test_analyze_names_a_big_file_too_and_quotes_its_path_for_the_shell(tmp_path, runner, monkeypatch):

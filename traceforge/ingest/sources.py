@@ -29,6 +29,9 @@ from traceforge.ingest.values import MAX_NESTING, nesting_exceeds, parse_json
 from traceforge.model import Reject
 
 GZIP_MAGIC = b"\x1f\x8b"
+# Deflate expands at most 1,032 times (zlib's technical details): a gzip trailer saying more than
+# that of the whole file is not a trailer but the last bytes of a cut or damaged file.
+DEFLATE_MAX_RATIO = 1032
 # Files that are certainly not traces, skipped when walking a folder (named explicitly, they are read):
 # docs and code beside the traces, and DuckDB stores (`traceforge analyze .` must not read its own store).
 IGNORED_SUFFIXES = {
@@ -108,13 +111,14 @@ def content_size(path: Path) -> tuple[int, bool]:
     """How many bytes `path` holds once decompressed, and whether it is a gzip file: its size, or
     for a gzip file the size its trailer records (of the last member, modulo 4 GiB: an estimate,
     which a file parsed whole corrects once read: `ingest.BiggerThanItsTrailerSays`), whichever is
-    larger."""
+    larger; a trailer no deflate stream could reach is ignored (a cut file, which fails when read)."""
     size = path.stat().st_size
     with open(path, "rb") as fh:
         if size < 18 or fh.read(2) != GZIP_MAGIC:
             return size, False
         fh.seek(-4, os.SEEK_END)
-        return max(size, int.from_bytes(fh.read(4), "little")), True
+        trailer = int.from_bytes(fh.read(4), "little")
+        return max(size, trailer if trailer <= DEFLATE_MAX_RATIO * size else 0), True
 
 
 def sha256_file(path: Path) -> str:
