@@ -34,7 +34,7 @@ from traceforge.analysis.dag import (
     trace_schedule,
 )
 from traceforge.analysis.effects import DepsConfig
-from traceforge.analysis.summary import summarize
+from traceforge.analysis.summary import ratio_text, summarize
 from traceforge.export.profile import Profile, build_profile, write_profile
 from traceforge.files import replace_text
 from traceforge.pricing import PriceTable
@@ -253,7 +253,7 @@ def recommend(
         if ratio:
             mode = (served.get("deployment") or {}).get("mode") or "aggregated"
             reasons.append(
-                f"prefill:decode {ratio:.0f}:1, simulated prefix-cache hit "
+                f"prefill:decode {ratio_text(ratio)}, simulated prefix-cache hit "
                 f"{served.get('simulated_cache_hit_ratio') or 0:.0%}: serve {mode} with prefix caching"
             )
         out.append(

@@ -85,3 +85,13 @@ def cached_text(totals: dict[str, Any]) -> str:
     did (a source without cache fields says nothing of the cache)."""
     reported = totals["cache_reported_input_tokens"]
     return f"{totals['cache_read_tokens'] / reported:.0%} cached" if reported else "no cache count reported"
+
+
+def ratio_text(ratio: float) -> str:
+    """A prefill:decode ratio as the reports print it: `13:1`, and below 10 with a decimal (`0.4:1`,
+    where a workload's outputs outweigh the uncached part of its inputs, is not `0:1`).
+
+    >>> ratio_text(13.24), ratio_text(9.96), ratio_text(9.1), ratio_text(0.4)
+    ('13:1', '10:1', '9.1:1', '0.4:1')
+    """
+    return f"{ratio:.0f}:1" if ratio >= 9.95 else f"{ratio:.1f}:1"

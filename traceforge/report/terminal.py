@@ -14,7 +14,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from traceforge.analysis.summary import cached_text
+from traceforge.analysis.summary import cached_text, ratio_text
 from traceforge.ingest import FileReport, IngestReport
 from traceforge.ingest.forget import ForgetReport
 
@@ -480,7 +480,7 @@ def _render_inference(console: Console, rows: list[dict[str, Any]], labels: dict
         gap = r["tool_gap_ms"]["p90"]
         table.add_row(
             labels.get(r["workload"], r["workload"]),
-            f"{r['prefill_decode_ratio']:.0f}:1" if r["prefill_decode_ratio"] else "-",
+            ratio_text(r["prefill_decode_ratio"]) if r["prefill_decode_ratio"] else "-",
             _pct(r["reported_cache_hit_ratio"]),
             _pct(r["simulated_cache_hit_ratio"]),
             human(r["input_length"]["p50"]),
