@@ -281,6 +281,36 @@ def test_report_html_in_a_real_browser(analysed, chromium, artifacts):
     assert (artifacts / "report.png").stat().st_size > 10_000
 
 
+def test_the_report_draws_the_dependencies_no_other_path_implies(runner, tmp_path):
+    """The first result's region, used by the fourth call too, is an edge the chain through the
+    second call already implies: `dag --json` keeps every edge, the report's drawings (observed and
+    parallel) only those no other path implies, as `traceforge dag` lists them."""
+    loop = OpenAILoop("You look up orders.", "where is my order?", workload="orders")
+    steps = [
+        ("get_customer", {"email": "ann@example.com"}, "customer CU-7781 in region RG-4410"),
+        ("get_order", {"customer_id": "CU-7781"}, "order OR-5521 shipped"),
+        ("get_weather", {"city": "Lisbon"}, "sunny"),  # needs nothing: a turn to save
+        ("get_tracking", {"order_id": "OR-5521", "region": "RG-4410"}, "in transit"),
+    ]
+    for i, (name, arguments, result) in enumerate(steps):
+        loop.call(tool_calls=[openai_tool_call(f"call_{i}", name, arguments)])
+        loop.result(f"call_{i}", result)
+    loop.call(content="It is in transit.")
+    write_jsonl(tmp_path / "logs" / "orders.jsonl", loop.records)
+    db, out = tmp_path / "store.duckdb", tmp_path / "out"
+    analysed = runner.invoke(cli, ["analyze", str(tmp_path / "logs"), "--db", str(db), "--out", str(out)])
+    assert analysed.exit_code == 0, analysed.output
+    (top,) = json.loads((out / "summary.json").read_text())["parallel"]["top_traces"]
+    assert top["turns_saved"] == 1
+    shown = runner.invoke(cli, ["dag", top["trace_id"], "--db", str(db), "--json"])
+    pairs = {(e["src"], e["dst"]) for e in json.loads(shown.stdout)["edges"]}
+    assert pairs == {("call_0", "call_1"), ("call_1", "call_3"), ("call_0", "call_3")}
+    html = (out / "report.html").read_text()
+    drawings = re.findall(r'<svg[^>]*data-chart="dag".*?</svg>', html, re.DOTALL)
+    assert len(drawings) == 2
+    assert [drawing.count("<line ") for drawing in drawings] == [2, 2]
+
+
 HOSTILE = {
     "workload": "<script>window.__pwned=1</script>",
     "tool": '<img src=x onerror="window.__pwned=2">',

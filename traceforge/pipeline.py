@@ -38,7 +38,7 @@ from traceforge.analysis.summary import ratio_text, summarize
 from traceforge.export.profile import Profile, build_profile, write_profile
 from traceforge.files import replace_text
 from traceforge.pricing import PriceTable
-from traceforge.report.dag_view import schedule_json
+from traceforge.report.dag_view import reduced_edges, schedule_json
 
 SUMMARY_SCHEMA = "traceforge.summary"
 SUMMARY_VERSION = 2  # docs/analyze.md#summaryjson: what changes it
@@ -276,10 +276,18 @@ def dag_drawings(
     config: DepsConfig | None,
     count: int = DAG_DRAWINGS,
 ) -> list[dict[str, Any]]:
-    """The observed and parallel schedules of the traces with most to gain, as plain data."""
+    """The observed and parallel schedules of the traces with most to gain, as plain data, with the
+    edges no other path implies (as `traceforge dag` lists them): every edge of a long trace drawn
+    is a tangle (540 lines for 150 Claude Code calls, 174 direct)."""
     drawings = []
     for row in top_traces[:count]:
         schedule = trace_schedule(con, row["trace_id"], mode, config)
         if schedule is not None:
-            drawings.append(schedule_json(schedule))
+            drawing = schedule_json(schedule)
+            calls = schedule.trace.calls
+            direct = {
+                (calls[src].tool_call_id, calls[dst].tool_call_id) for src, dst, _ in reduced_edges(schedule)
+            }
+            drawing["edges"] = [e for e in drawing["edges"] if (e["src"], e["dst"]) in direct]
+            drawings.append(drawing)
     return drawings

@@ -269,7 +269,7 @@ def _dag_pair(drawing: dict[str, Any]) -> str:
                 grouped[c[key]].append((c["tool_call_id"], label[c["tool_call_id"]]))
         return [grouped[k] for k in sorted(grouped)]
 
-    edges = [(e["src"], e["dst"]) for e in drawing["edges"]]
+    edges = list(dict.fromkeys((e["src"], e["dst"]) for e in drawing["edges"]))  # a line per pair
     title = f"trace {drawing['trace_id']}"
     observed_levels, parallel_levels = levels("observed_turn"), levels("parallel_turn")
     # One width for both drawings, so a box is the same size on each side.
@@ -283,7 +283,9 @@ def _dag_pair(drawing: dict[str, Any]) -> str:
         '<div class="pair">'
         + _figure(observed, "As the agent ran it: one row per LLM turn.")
         + _figure(
-            parallel, "The parallel schedule: each row's calls issued together; lines are dependencies."
+            parallel,
+            "The parallel schedule: each row's calls issued together; lines are the dependencies no "
+            "other path implies, as traceforge dag TRACE_ID lists them.",
         )
         + "</div>"
     )
