@@ -12,6 +12,7 @@ from typing import Any
 
 from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from traceforge.analysis.summary import cached_text, ratio_text
@@ -336,7 +337,7 @@ def _print_table(console: Console, table: Table) -> None:
     """Print a table within the terminal's width: where its two-space gaps would make it wider
     (an 80-column terminal, dated model ids), it takes one-space gaps before folding a cell."""
     unbounded = console.options.update_width(sys.maxsize)
-    if table.__rich_measure__(console, unbounded).maximum > console.width:
+    if Measurement.get(console, unbounded, table).maximum > console.width:
         table.padding = (0, 0, 0, 0)
     console.print(table, soft_wrap=False)
 
