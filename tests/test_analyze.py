@@ -19,7 +19,7 @@ from rich.console import Console
 
 from traceforge.cli import cli
 from traceforge.cli.sql import shell_binary
-from traceforge.report.terminal import render_report, workload_labels
+from traceforge.report.terminal import human, render_report, workload_labels
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 import corpus as bench_corpus
@@ -127,6 +127,26 @@ def test_terminal_report_is_readable_at_80_columns(analysed):
     # dated model ids (`claude-sonnet-4-5-20250929`) stay whole: the table narrows its gaps first
     for row in summary["by_workload_model"]:
         assert any(re.search(rf"\s{re.escape(row['model'])}\s", line) for line in lines), row["model"]
+
+
+@pytest.mark.parametrize("width", [40, 60])
+def test_a_terminal_too_narrow_for_a_table_gets_its_numbers_whole(analysed, width):
+    """Where even folded cells do not fit, a table's lines wrap rather than lose its last columns
+    or the end of a number (`53.6k` once read `53` at 50 columns, `out` went at 60)."""
+    _, out, _ = analysed
+    summary = json.loads((out / "summary.json").read_text())
+    buffer = io.StringIO()
+    render_report(Console(file=buffer, width=width, color_system=None), summary, "store.duckdb")
+    text = buffer.getvalue()
+    usage = text.split("Usage by workload and model", 1)[1].split("No rejected records", 1)[0]
+    assert re.search(r"\btraces +calls +tools +in +cached +out\b", usage)
+    reported = [row for row in summary["by_workload_model"] if row["calls_without_usage"] == 0]
+    assert reported
+    for row in reported:
+        for key in ("input_tokens", "cache_read_tokens", "output_tokens"):
+            assert re.search(rf"(?<![\d.]){re.escape(human(row[key]))}(?![\d.k])", usage), (key, row)
+    for row in summary["spend"]["workloads"]:
+        assert f"{row['share']:.0%}" in text
 
 
 def test_the_example_in_docs_analyze_md_is_what_analyze_prints(runner, tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ from rich.table import Table
 
 from traceforge.cli import cli
 from traceforge.cli.options import json_option, stdout
+from traceforge.report.terminal import print_table
 from traceforge.samples import DEFAULT_SEED, generate
 
 
@@ -49,4 +50,4 @@ def samples(out_dir, seed, as_json):
             str(sum(t.tool_calls for t in file.traces)),
             str(file.bytes),
         )
-    stdout().print(table)
+    print_table(stdout(), table)

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from traceforge.analysis.dag import Schedule
 from traceforge.analysis.deps import Call, leaves
-from traceforge.report.terminal import human, label_note, plural, workload_labels
+from traceforge.report.terminal import human, label_note, plural, print_table, workload_labels
 
 ARGUMENT_CHARS = 48
 EDGE_STYLE_DOT = {
@@ -118,7 +118,7 @@ def render_text(console: Console, schedule: Schedule, workload: str | None = Non
                 "\n".join(call_label(calls[c], False) for c in parallel[row]) if row < len(parallel) else ""
             )
             table.add_row(str(number), left, right)
-    console.print(table)
+    print_table(console, table)
     edges = reduced_edges(schedule)
     if edges:
         console.print(f"dependencies ({plural(len(edges), 'edge')} after transitive reduction):")
@@ -284,7 +284,7 @@ def render_summary(console: Console, summary: dict[str, Any]) -> None:
                 f"{row['speedup']:.2f}x" if row["speedup"] else "-",
                 human(row["tokens_saved"]),
             )
-        console.print(table)
+        print_table(console, table)
     if summary["tool_pairs"]:
         table = Table(
             title="tools called in consecutive turns that did not need each other",
@@ -301,7 +301,7 @@ def render_summary(console: Console, summary: dict[str, Any]) -> None:
                 str(row["sequential_pairs"]),
                 str(row["traces"]),
             )
-        console.print(table)
+        print_table(console, table)
     top = summary["top_traces"]
     if top:
         table = Table(title="traces with most turns to save", box=box.SIMPLE_HEAD, title_justify="left")
@@ -316,6 +316,6 @@ def render_summary(console: Console, summary: dict[str, Any]) -> None:
                 str(row["min_turns"]),
                 str(row["turns_saved"]),
             )
-        console.print(table)
+        print_table(console, table)
         console.print(f"see one: traceforge dag {top[0]['trace_id']}")
     label_note(console, labels)

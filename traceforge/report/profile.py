@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from traceforge.report.terminal import human, label_note, workload_labels
+from traceforge.report.terminal import human, label_note, print_table, workload_labels
 
 SHOWN_WORKLOADS = 5
 
@@ -44,7 +44,7 @@ def render_profile(console: Console, document: dict[str, Any], paths: dict[str, 
             _pct(row["share"]),
             _pct(row["cumulative_share"]),
         )
-    console.print(table)
+    print_table(console, table)
     label_note(console, labels)
     if len(spend["workloads"]) > 20:
         console.print(f"... {len(spend['workloads']) - 20} more workloads in profile.json")
@@ -180,7 +180,7 @@ def render_cache_sim(console: Console, report: dict[str, Any]) -> None:
             _pct(row["block_hit_ratio"]),
             human(row["peak_blocks"]),
         )
-    console.print(table)
+    print_table(console, table)
     if report["block_mismatch"]:
         console.print(
             f"[yellow]note:[/] {report['block_mismatch']} requests' hash_ids do not cover input_length at "

@@ -308,7 +308,7 @@ def render_summary(
             human(cached) if cached is not None and row["llm_calls"] > row["calls_without_usage"] else "-",
             human(row["output_tokens"]) if row["llm_calls"] > row["calls_without_usage"] else "-",
         )
-    _print_table(console, table)
+    print_table(console, table)
     label_note(console, labels)
     if t["rejects"]:
         console.print(f"[yellow]{t['rejects']} rejected records[/] (kept in the `rejects` table):")
@@ -333,13 +333,21 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
 
 
-def _print_table(console: Console, table: Table) -> None:
-    """Print a table within the terminal's width: where its two-space gaps would make it wider
-    (an 80-column terminal, dated model ids), it takes one-space gaps before folding a cell."""
+def print_table(console: Console, table: Table) -> None:
+    """Print a table within the terminal's width, never cutting a cell: where its padding alone
+    makes it wider than the terminal (an 80-column terminal, dated model ids), or where even folded
+    it would not fit, it goes without. A terminal too narrow for its longest words even then gets
+    the table at the width they need, and its lines wrap: cut to the width, `53.6k` would read `53`
+    and the last columns would go."""
     unbounded = console.options.update_width(sys.maxsize)
-    if Measurement.get(console, unbounded, table).maximum > console.width:
+    padded = Measurement.get(console, unbounded, table)
+    if padded.maximum > console.width:
+        padding = table.padding
         table.padding = (0, 0, 0, 0)
-    console.print(table, soft_wrap=False)
+        if Measurement.get(console, unbounded, table).maximum > console.width >= padded.minimum:
+            table.padding = padding  # folding fits either way: keep the gaps
+    needed = Measurement.get(console, unbounded, table).minimum
+    console.print(table, soft_wrap=False, width=max(console.width, needed), crop=False)
 
 
 def _table(*columns: tuple[str, str]) -> Table:
@@ -392,7 +400,7 @@ def _render_spend(console: Console, spend: dict[str, Any], labels: dict[str, str
             _pct(w["share"]),
             _pct(w["cumulative_share"]),
         )
-    _print_table(console, table)
+    print_table(console, table)
     if len(spend["workloads"]) > 15:
         console.print(f"  ... {len(spend['workloads']) - 15} more in summary.json")
     top = spend.get("top_80_percent") or []
@@ -439,7 +447,7 @@ def _render_parallel(console: Console, parallel: dict[str, Any], labels: dict[st
                 str(pair["sequential_pairs"]),
             )
         console.print("Tool pairs made in sequence without needing each other:")
-        _print_table(console, table)
+        print_table(console, table)
     top = parallel.get("top_traces") or []
     if top:
         table = _table(
@@ -458,7 +466,7 @@ def _render_parallel(console: Console, parallel: dict[str, Any], labels: dict[st
                 str(trace["turns_saved"]),
             )
         console.print("Traces with most to save (see one with `traceforge dag TRACE_ID`):")
-        _print_table(console, table)
+        print_table(console, table)
 
 
 def _render_inference(console: Console, rows: list[dict[str, Any]], labels: dict[str, str]) -> None:
@@ -489,7 +497,7 @@ def _render_inference(console: Console, rows: list[dict[str, Any]], labels: dict
             f"{gap / 1000:.1f}s" if gap is not None else "-",
             _plan(plan),
         )
-    _print_table(console, table)
+    print_table(console, table)
     console.print(
         "P:D is uncached input per output token; 'cached' is what the provider's cache served "
         "('-' where the source reports no cache counts), "
