@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import gc
 import json
+import re
 
 import duckdb
+import pytest
 from builders import OpenAILoop, openai_tool_call, write_jsonl
+from conftest import SAMPLE_TRACES
 
 from traceforge import __version__
 from traceforge.cli import cli
@@ -167,6 +170,35 @@ def test_sql_runs_queries_and_explains_a_missing_store(runner, tmp_path):
     assert broken.exit_code == 1 and "syntax error" in broken.output.lower()
     absent = runner.invoke(cli, ["sql", "--db", str(tmp_path / "absent.duckdb"), "SELECT 1"])
     assert absent.exit_code == 1 and "traceforge analyze" in absent.output
+
+
+@pytest.mark.parametrize(("width", "leaves_out"), [(50, True), (80, None), (200, False)])
+def test_sql_never_cuts_a_number_and_names_the_columns_it_leaves_out(runner, tmp_path, width, leaves_out):
+    """As DuckDB's shell: long text is cut, marked `…`, and where the columns do not fit the
+    terminal those in the middle are left out and named, rather than `109…` for 10948."""
+    db = str(tmp_path / "s.duckdb")
+    runner.invoke(cli, ["ingest", str(SAMPLE_TRACES), "--db", db])
+    query = (
+        "SELECT workload, model, traces, llm_calls, input_tokens, cache_read_tokens, output_tokens, "
+        "repeat('x', 200) AS padding FROM v_usage_by_workload_model"
+    )
+    rows = json.loads(runner.invoke(cli, ["sql", "--db", db, "--json", query]).output)
+    shown = runner.invoke(cli, ["sql", "--db", db, query], env={"COLUMNS": str(width)})
+    assert shown.exit_code == 0, shown.output
+    table = [line for line in shown.output.splitlines() if line[:1] in "┏┃┡│└"]
+    assert all(len(line) <= width for line in table), [line for line in table if len(line) > width]
+    assert "x" * 41 not in shown.output  # text cut at 40 characters
+    left_out = re.search(r"\((\d+) of 8 columns left out to fit the terminal: (.*); --csv", shown.output)
+    dropped = left_out.group(2).split(", ") if left_out else []
+    if leaves_out is not None:
+        assert (left_out is not None) == leaves_out
+    assert "workload" not in dropped and "padding" not in dropped  # the first and the last stay
+    for column in ("traces", "llm_calls", "input_tokens", "cache_read_tokens", "output_tokens"):
+        if column in dropped:
+            continue
+        for row in rows:
+            if row[column] is not None:
+                assert re.search(rf"│ +{row[column]} │", shown.output), (column, row[column])
 
 
 def test_a_store_in_use_gives_a_message_not_a_traceback(runner, tmp_path):

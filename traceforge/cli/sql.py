@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 import click
-from rich.table import Table
 
 from traceforge import store
 from traceforge.cli import cli
 from traceforge.cli.options import db_option, stdout
+from traceforge.report.terminal import render_query_result
 
 
 def shell_binary() -> str | None:
@@ -78,10 +78,4 @@ def sql(query, db, as_json, as_csv):
         writer.writerow(columns)
         writer.writerows(rows)
     else:
-        table = Table()
-        for i, column in enumerate(columns):
-            numeric = any(isinstance(row[i], int | float) and not isinstance(row[i], bool) for row in rows)
-            table.add_column(column, justify="right" if numeric else "left")
-        for row in rows:
-            table.add_row(*("NULL" if v is None else str(v) for v in row))
-        stdout().print(table)
+        render_query_result(stdout(), columns, rows)

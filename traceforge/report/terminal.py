@@ -350,6 +350,42 @@ def print_table(console: Console, table: Table) -> None:
     console.print(table, soft_wrap=False, width=max(console.width, needed), crop=False)
 
 
+QUERY_TEXT_WIDTH = 40  # a text value longer than this is cut, marked `…`, as in DuckDB's shell
+QUERY_TEXT_MIN = 8  # how narrow a text column may get before columns are left out
+
+
+def render_query_result(console: Console, columns: list[str], rows: list[tuple]) -> None:
+    """A query's result as a table, as DuckDB's shell shows one: long text cut, marked `…`, and
+    where the columns do not fit the terminal, those in the middle left out (named below the
+    table), never a number cut."""
+    cells = [["NULL" if v is None else str(v) for v in row] for row in rows]
+    numeric = [
+        any(isinstance(row[i], int | float) and not isinstance(row[i], bool) for row in rows)
+        for i in range(len(columns))
+    ]
+    longest = [max((len(row[i]) for row in cells), default=1) for i in range(len(columns))]
+    # the narrowest a column can be: a number whole (its header folds), text a few characters and `…`
+    least = [n if number else min(n, QUERY_TEXT_MIN) for n, number in zip(longest, numeric, strict=True)]
+    shown = list(range(len(columns)))
+    while len(shown) > 2 and 1 + sum(least[i] + 3 for i in shown) > console.width:  # 3: a rule, 2 spaces
+        del shown[len(shown) // 2]
+    table = Table()
+    for i in shown:
+        if numeric[i]:
+            table.add_column(columns[i], justify="right", overflow="fold", min_width=longest[i])
+        else:
+            table.add_column(columns[i], max_width=QUERY_TEXT_WIDTH, overflow="ellipsis")
+    for row in cells:
+        table.add_row(*(row[i] for i in shown))
+    console.print(table)
+    left_out = [columns[i] for i in range(len(columns)) if i not in shown]
+    if left_out:
+        console.print(
+            f"({len(left_out)} of {len(columns)} columns left out to fit the terminal: "
+            f"{', '.join(left_out)}; --csv or --json prints every column)"
+        )
+
+
 def _table(*columns: tuple[str, str]) -> Table:
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1), pad_edge=False)
     for name, justify in columns:
