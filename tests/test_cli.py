@@ -180,7 +180,8 @@ def test_sql_never_cuts_a_number_and_names_the_columns_it_leaves_out(runner, tmp
     runner.invoke(cli, ["ingest", str(SAMPLE_TRACES), "--db", db])
     query = (
         "SELECT workload, model, traces, llm_calls, input_tokens, cache_read_tokens, output_tokens, "
-        "repeat('x', 200) AS padding FROM v_usage_by_workload_model"
+        "sum(input_tokens) OVER () * 1.5 AS scaled, repeat('x', 200) AS padding "
+        "FROM v_usage_by_workload_model"
     )
     rows = json.loads(runner.invoke(cli, ["sql", "--db", db, "--json", query]).output)
     shown = runner.invoke(cli, ["sql", "--db", db, query], env={"COLUMNS": str(width)})
@@ -188,12 +189,12 @@ def test_sql_never_cuts_a_number_and_names_the_columns_it_leaves_out(runner, tmp
     table = [line for line in shown.output.splitlines() if line[:1] in "┏┃┡│└"]
     assert all(len(line) <= width for line in table), [line for line in table if len(line) > width]
     assert "x" * 41 not in shown.output  # text cut at 40 characters
-    left_out = re.search(r"\((\d+) of 8 columns left out to fit the terminal: (.*); --csv", shown.output)
+    left_out = re.search(r"\((\d+) of 9 columns left out to fit the terminal: (.*); --csv", shown.output)
     dropped = left_out.group(2).split(", ") if left_out else []
     if leaves_out is not None:
         assert (left_out is not None) == leaves_out
     assert "workload" not in dropped and "padding" not in dropped  # the first and the last stay
-    for column in ("traces", "llm_calls", "input_tokens", "cache_read_tokens", "output_tokens"):
+    for column in ("traces", "llm_calls", "input_tokens", "cache_read_tokens", "output_tokens", "scaled"):
         if column in dropped:
             continue
         for row in rows:

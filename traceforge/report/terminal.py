@@ -7,6 +7,7 @@ import shlex
 import sys
 from collections import Counter
 from collections.abc import Iterable
+from decimal import Decimal
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -360,11 +361,11 @@ def render_query_result(console: Console, columns: list[str], rows: list[tuple])
     table), never a number cut."""
     cells = [["NULL" if v is None else str(v) for v in row] for row in rows]
     numeric = [
-        any(isinstance(row[i], int | float) and not isinstance(row[i], bool) for row in rows)
+        any(isinstance(row[i], int | float | Decimal) and not isinstance(row[i], bool) for row in rows)
         for i in range(len(columns))
     ]
-    longest = [max((len(row[i]) for row in cells), default=1) for i in range(len(columns))]
-    # the narrowest a column can be: a number whole (its header folds), text a few characters and `…`
+    longest = [max([len(column)] + [len(row[i]) for row in cells]) for i, column in enumerate(columns)]
+    # the narrowest a column can be: a number and its header whole, text a few characters and `…`
     least = [n if number else min(n, QUERY_TEXT_MIN) for n, number in zip(longest, numeric, strict=True)]
     shown = list(range(len(columns)))
     while len(shown) > 2 and 1 + sum(least[i] + 3 for i in shown) > console.width:  # 3: a rule, 2 spaces
@@ -372,7 +373,7 @@ def render_query_result(console: Console, columns: list[str], rows: list[tuple])
     table = Table()
     for i in shown:
         if numeric[i]:
-            table.add_column(columns[i], justify="right", overflow="fold", min_width=longest[i])
+            table.add_column(columns[i], justify="right", no_wrap=True, min_width=longest[i])
         else:
             table.add_column(columns[i], max_width=QUERY_TEXT_WIDTH, overflow="ellipsis")
     for row in cells:
