@@ -15,6 +15,7 @@ from traceforge import store
 from traceforge.analysis import batches, prefix_cache
 from traceforge.analysis.dag import analyze_dependencies
 from traceforge.cli import cli
+from traceforge.export import profile as profile_module
 from traceforge.export.profile import build_profile
 from traceforge.ingest import api_log, ingest_paths
 from traceforge.ingest.sources import Record
@@ -98,6 +99,27 @@ def test_the_cache_is_given_back_for_python_work_and_its_limit_restored(logs, tm
     assert during < before
     assert limit == "1.8 GiB"
     assert held == "1.8 GiB"  # left as it was: nothing fails
+
+
+def test_the_profile_reads_its_requests_with_the_cache_given_back(monkeypatch, logs, tmp_path):
+    """The requests pile up in Python while `load_requests` reads the conversations: DuckDB runs
+    at the low limit meanwhile, its cache not beside them, and gets its limit back after."""
+    con = store.connect(tmp_path / "a.duckdb", settings={"memory_limit": "2GB"})
+    limits = []
+
+    def watched(con, **kwargs):
+        limits.append(con.execute("SELECT current_setting('memory_limit')").fetchone()[0])
+        return prefix_cache.load_requests(con, **kwargs)
+
+    monkeypatch.setattr(profile_module, "load_requests", watched)
+    try:
+        ingest_paths(con, [logs])
+        assert build_profile(con).log.requests
+        (after,) = con.execute("SELECT current_setting('memory_limit')").fetchone()
+    finally:
+        con.close()
+    assert limits == ["122.0 MiB"]  # store.RELEASED_MEMORY_LIMIT, 128 MB, as DuckDB prints it
+    assert after == "1.8 GiB"
 
 
 def test_a_store_capped_below_its_data_gives_the_same_results(monkeypatch, logs, tmp_path):

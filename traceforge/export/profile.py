@@ -94,7 +94,11 @@ def build_profile(
     """
     gpu = gpu_profile if isinstance(gpu_profile, GpuProfile) else resolve_gpu_profile(gpu_profile)
     assign_workloads(con, workload_key)
-    log = load_requests(con, block_size=block_size, workers=workers)
+    # The requests pile up in Python while their conversations are read: DuckDB's cache of what it
+    # read would sit beside them. Measured (docs/performance-changes.md): the main process's peak
+    # 605-618 MB against 910-928 for the 4x benchmark corpus, 687 against 978 for 100,000 traces.
+    with store.cache_released(con):
+        log = load_requests(con, block_size=block_size, workers=workers)
     estimates = pl.DataFrame(
         {
             "call_id": [r.call_id for r in log.requests],
