@@ -19,6 +19,7 @@ from rich.console import Console
 
 from traceforge.cli import cli
 from traceforge.cli.sql import shell_binary
+from traceforge.report.profile import money
 from traceforge.report.terminal import human, render_report, workload_labels
 
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -147,6 +148,26 @@ def test_a_terminal_too_narrow_for_a_table_gets_its_numbers_whole(analysed, widt
             assert re.search(rf"(?<![\d.]){re.escape(human(row[key]))}(?![\d.k])", usage), (key, row)
     for row in summary["spend"]["workloads"]:
         assert f"{row['share']:.0%}" in text
+
+
+@pytest.mark.parametrize("command", ["profile", "deps"])
+def test_profile_and_deps_keep_their_numbers_whole_in_a_narrow_terminal(analysed, runner, tmp_path, command):
+    """docs/analyze.md: every table `deps` and `profile` print keeps its numbers whole, as the
+    report's do (at 50 columns `$0.1259` read `$0.…` and `7 (13%)` read `7 (13…`)."""
+    db, out, _ = analysed
+    copy = tmp_path / "store.duckdb"
+    shutil.copy(db, copy)  # profile writes its tables
+    extra = ["--out", str(tmp_path / "profile")] if command == "profile" else []
+    shown = runner.invoke(cli, [command, "--db", str(copy), *extra], env={"COLUMNS": "40"})
+    assert shown.exit_code == 0, shown.output
+    summary = json.loads((out / "summary.json").read_text())
+    if command == "profile":
+        expected = [money(row["cost_usd"]) for row in summary["spend"]["workloads"]]
+    else:
+        expected = [f"({row['turns_saved_share'] or 0:.0%})" for row in summary["parallel"]["by_workload"]]
+    assert expected
+    for text in expected:
+        assert text in shown.output, text
 
 
 def test_the_example_in_docs_analyze_md_is_what_analyze_prints(runner, tmp_path, monkeypatch):

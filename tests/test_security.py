@@ -70,8 +70,10 @@ PASTED_INTO_SQL = {
     ("store.py", "keep"): "migration 11's ALTER statements, built from names written in the code",
     ("ingest/writer.py", "table"): "a loop over writer.SCHEMAS / TRACE_TABLES / _PATH_COLUMNS",
     ("ingest/writer.py", "column"): "an id column named by the writer, or one of _PATH_COLUMNS",
-    ("ingest/writer.py", "_OWN_TRACES"): "a subquery written in the code (its path is bound)",
-    ("ingest/writer.py", "_JOINED_TRACES"): "a subquery written in the code (its path is bound)",
+    (
+        "ingest/writer.py",
+        "traces",
+    ): "_OWN_TRACES or TRACES_OF_FILES, subqueries written in the code (paths bound)",
     ("ingest/forget.py", "table"): "a loop over REMOVED_FROM, table names written in the code",
     ("ingest/forget.py", "writer.SOURCE_PATHS"): "a column expression written in the code",
     ("ingest/writer.py", "SOURCE_PATHS"): "a column expression written in the code",

@@ -19,7 +19,7 @@ from split_traces import content, ingest, lines_read_again, run, where_from, who
 
 from traceforge import store
 from traceforge.ingest import joins
-from traceforge.ingest.sources import sha256_file
+from traceforge.ingest.sources import changed_since_ingest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import corpus as bench_corpus
@@ -171,7 +171,12 @@ def test_parts_whose_other_file_is_gone_are_kept_and_joined_when_it_is_back(runn
     assert len(parts) == 2 and SPLIT in parts  # both parts kept: nothing read is lost
     # Gone for good (an exporter's retention): later ingests neither warn again nor read b again.
     hashed = []
-    monkeypatch.setattr(joins, "sha256_file", lambda path: hashed.append(path) or sha256_file(path))
+
+    def checked(path, sha):
+        hashed.append(path)
+        return changed_since_ingest(path, sha)
+
+    monkeypatch.setattr(joins, "changed_since_ingest", checked)
     report = ingest(runner, db, b)
     assert report["left_apart"] == {} and report["joined"] == [] and hashed == []
     con = store.connect(db, read_only=True)

@@ -33,7 +33,7 @@ import duckdb
 from traceforge import store
 from traceforge.ingest import _parse_file, _resolve_adapter, parallel, writer
 from traceforge.ingest.joins import JoinReport
-from traceforge.ingest.sources import sha256_file
+from traceforge.ingest.sources import changed_since_ingest
 
 
 class CannotForget(ValueError):
@@ -105,8 +105,7 @@ def forget_files(
     before = _totals(con)
     con.execute("BEGIN TRANSACTION")
     try:
-        for path in targets:
-            writer.delete_file(con, path)
+        writer.delete_files(con, targets)
         for holder, *others in duplicates.values():
             if others:
                 con.execute(
@@ -133,12 +132,11 @@ def _totals(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
 
 def _not_readable(path: str, sha256: str | None) -> str | None:
     """Why `path` cannot be read again as the file ingested, with what to do; None if it can."""
-    try:
-        current = sha256_file(Path(path))
-    except OSError as exc:
-        return f"it cannot be read ({exc.strerror or exc}). Put it back as it was, or forget it too"
-    if current != sha256:
-        return "it has changed since it was ingested. Ingest it again first, or forget it too"
+    match changed_since_ingest(Path(path), sha256):
+        case ("gone", reason):
+            return f"it cannot be read ({reason}). Put it back as it was, or forget it too"
+        case ("changed", _):
+            return "it has changed since it was ingested. Ingest it again first, or forget it too"
     return None
 
 

@@ -35,7 +35,7 @@ import duckdb
 from traceforge import store
 from traceforge.ingest import langfuse, langsmith, otlp, writer
 from traceforge.ingest.otel_wire import LogEvent, Span, trace_id_spellings
-from traceforge.ingest.sources import Record, SourceError, sha256_file
+from traceforge.ingest.sources import Record, SourceError, changed_since_ingest
 from traceforge.ingest.stream import open_records
 from traceforge.ingest.values import is_verbatim_id
 from traceforge.model import ParseResult, Trace
@@ -288,13 +288,11 @@ def unreadable(path: str, sha256: str | None) -> tuple[str | None, str | None]:
     """Why `path` cannot be read again as the file ingested, or None; and the path when it is gone."""
     if sha256 is None:
         return f"{path} is not an ingested file", None
-    try:
-        current = sha256_file(Path(path))
-    except OSError as exc:
-        reason = exc.strerror or exc
-        return f"{path} cannot be read again ({reason}); put it back and ingest again to join them", path
-    if current != sha256:
-        return f"{path} has changed since it was ingested; ingest it again to join them", None
+    match changed_since_ingest(Path(path), sha256):
+        case ("gone", reason):
+            return f"{path} cannot be read again ({reason}); put it back and ingest again to join them", path
+        case ("changed", _):
+            return f"{path} has changed since it was ingested; ingest it again to join them", None
     return None, None
 
 

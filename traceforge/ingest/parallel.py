@@ -301,8 +301,7 @@ def write_items(
     logged twice (`ingest.copies`) and drop the workload rows of traces that went. The files in
     `replaces` replace what the store held of them. Returns what was joined."""
     replaced = [item.path for item in items if item.path in replaces]
-    for path in replaced:
-        writer._delete_source(con, path)
+    writer.delete_sources(con, replaced)
     prepared = [item for item in items if isinstance(item, Prepared)]
     colliding = {id(prepared[k]) for k in _colliding(con, prepared)}
     for table in writer.SCHEMAS:

@@ -123,7 +123,7 @@ def write_in_parts(
         if final:
             result.records += unread
         if not started and replaces:  # before naming the part: the ids it held are free again
-            writer._delete_source(con, parsed.path)
+            writer.delete_sources(con, [parsed.path])
         frames = writer.part_rows(con, parsed.path, parsed.sha256, part, rejects, file_ids)
         written.traces += len(part)
         written.llm_calls += sum(len(t.llm_calls) for t in part)

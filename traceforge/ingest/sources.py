@@ -129,6 +129,17 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def changed_since_ingest(path: Path, sha256: str | None) -> tuple[str, str] | None:
+    """How the file at `path` is no longer the one ingested with `sha256`: ("gone", the system's
+    reason) where it cannot be read, ("changed", "") where its content differs; None where it is
+    the same file. For the steps that must read an ingested file again as it was."""
+    try:
+        current = sha256_file(path)
+    except OSError as exc:
+        return "gone", str(exc.strerror or exc)
+    return None if current == sha256 else ("changed", "")
+
+
 def load(path: Path, sha256: str | None = None) -> SourceFile:
     """Read `path`, decompressing gzip content. Raises SourceError for a corrupt archive."""
     try:

@@ -170,14 +170,6 @@ class Rows:
         return frame
 
 
-# The traces a file holds alone: a trace joined from several files' spans (`ingest.joins`) is built
-# again from them when one is written again, so it is not deleted with one of them.
-_OWN_TRACES = (
-    "SELECT trace_id FROM traces WHERE source_path = ? "
-    "AND NOT coalesce(json_exists(attributes, '$.source_paths'), false)"
-)
-
-
 # The files a trace was built from, where it was joined from several (`ingest.joins`, `ingest.log_joins`).
 SOURCE_PATHS = "json_extract_string(attributes, '$.source_paths[*]')"
 # The traces built from any of the files in the parameter $1 (a list of paths), joined ones included.
@@ -185,26 +177,35 @@ TRACES_OF_FILES = (
     "SELECT trace_id FROM traces WHERE source_path IN (SELECT unnest($1::VARCHAR[])) "
     f"OR list_has_any(coalesce({SOURCE_PATHS}, []), $1::VARCHAR[])"
 )
-# The traces built from this file and others.
-_JOINED_TRACES = f"SELECT trace_id FROM traces WHERE list_contains(coalesce({SOURCE_PATHS}, []), ?)"
+# The traces the files in $1 hold alone: a trace joined from several files' parts (`ingest.joins`)
+# is built again from them when one is written again, so it is not deleted with one of them.
+_OWN_TRACES = (
+    "SELECT trace_id FROM traces WHERE source_path IN (SELECT unnest($1::VARCHAR[])) "
+    "AND NOT coalesce(json_exists(attributes, '$.source_paths'), false)"
+)
 
 
-def _delete_source(con: duckdb.DuckDBPyConnection, path: str) -> None:
-    for table in TRACE_TABLES:
-        con.execute(f"DELETE FROM {table} WHERE trace_id IN ({_OWN_TRACES})", [path])
-    con.execute(f"DELETE FROM traces WHERE trace_id IN ({_OWN_TRACES})", [path])
-    con.execute("DELETE FROM rejects WHERE source_path = ?", [path])
-    con.execute("DELETE FROM sources WHERE path = ?", [path])
+def delete_sources(con: duckdb.DuckDBPyConnection, paths: list[str]) -> None:
+    """Delete what the store holds of `paths` before they are written again: their own traces with
+    their rows and analysis, their rejects and `sources` rows (the traces joined from them and
+    other files are rebuilt by the joins after the write)."""
+    _delete(con, paths, _OWN_TRACES)
 
 
-def delete_file(con: duckdb.DuckDBPyConnection, path: str) -> None:
-    """Delete everything the store holds of `path`: the traces joined from it and other files
-    (their other files' parts go with them: `ingest.forget` reads those files again), with their
-    rows and analysis, and what `_delete_source` deletes."""
-    for table in TRACE_TABLES:
-        con.execute(f"DELETE FROM {table} WHERE trace_id IN ({_JOINED_TRACES})", [path])
-    con.execute(f"DELETE FROM traces WHERE trace_id IN ({_JOINED_TRACES})", [path])
-    _delete_source(con, path)
+def delete_files(con: duckdb.DuckDBPyConnection, paths: list[str]) -> None:
+    """Delete everything the store holds of `paths`: what `delete_sources` deletes, and the traces
+    joined from them and other files (their other files' parts go with them: `ingest.forget`
+    reads those files again)."""
+    _delete(con, paths, TRACES_OF_FILES)
+
+
+def _delete(con: duckdb.DuckDBPyConnection, paths: list[str], traces: str) -> None:
+    if not paths:
+        return  # most write batches replace nothing: no statements for them
+    for table in (*TRACE_TABLES, "traces"):  # traces last: the subquery reads it
+        con.execute(f"DELETE FROM {table} WHERE trace_id IN ({traces})", [paths])
+    con.execute("DELETE FROM rejects WHERE source_path IN (SELECT unnest($1::VARCHAR[]))", [paths])
+    con.execute("DELETE FROM sources WHERE path IN (SELECT unnest($1::VARCHAR[]))", [paths])
 
 
 def adopt_relative_paths(con: duckdb.DuckDBPyConnection, files: list[Path]) -> None:

@@ -22,7 +22,8 @@ def _ms(value: float | None) -> str:
     return f"{value / 1000:.1f}s" if value >= 1000 else f"{value:.0f}ms"
 
 
-def _money(value: float | None) -> str:
+def money(value: float | None) -> str:
+    """A cost as the profile prints it: cents from $1, four decimals below."""
     return "-" if value is None else f"${value:,.2f}" if value >= 1 else f"${value:.4f}"
 
 
@@ -40,7 +41,7 @@ def render_profile(console: Console, document: dict[str, Any], paths: dict[str, 
             labels.get(row["workload"], row["workload"]) + (" *" if row["in_top_80"] else ""),
             human(row["traces"]),
             human(row["llm_calls"]),
-            _money(row["cost_usd"]),
+            money(row["cost_usd"]),
             _pct(row["share"]),
             _pct(row["cumulative_share"]),
         )
@@ -51,9 +52,9 @@ def render_profile(console: Console, document: dict[str, Any], paths: dict[str, 
     totals = spend["totals"]
     console.print(
         f"* the {len(spend['top_80_percent'])} workload(s) covering 80% of spend. "
-        f"Total {_money(totals['cost_usd'])}: "
-        f"{_money(totals['cost_reported_usd'])} reported by the source, {_money(totals['cost_priced_usd'])} "
-        f"priced from tokens, {_money(totals['cost_estimated_usd'])} from estimated tokens."
+        f"Total {money(totals['cost_usd'])}: "
+        f"{money(totals['cost_reported_usd'])} reported by the source, {money(totals['cost_priced_usd'])} "
+        f"priced from tokens, {money(totals['cost_estimated_usd'])} from estimated tokens."
     )
     fit = spend["power_law"]
     if fit["alpha"] is not None:

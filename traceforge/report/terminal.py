@@ -142,7 +142,7 @@ def render_forget(console: Console, report: ForgetReport) -> None:
         )
     elif still:
         console.print(
-            f"{len(still):,} of the files are still there: the next `ingest` or `analyze` of their "
+            f"{len(still)} of the files are still there: the next `ingest` or `analyze` of their "
             "folders reads them again; move or delete them to keep them out."
         )
     if report.dry_run:
@@ -158,7 +158,7 @@ def _list_paths(console: Console, paths: list[str]) -> None:
     for path in paths[:FILES_LISTED]:
         console.print(f"  {display_path(path)}")
     if len(paths) > FILES_LISTED:
-        console.print(f"  ... and {len(paths) - FILES_LISTED:,} more")
+        console.print(f"  ... and {len(paths) - FILES_LISTED} more")
 
 
 # Past this many new or changed files, they are listed a line per folder and format rather than a
@@ -341,14 +341,17 @@ def print_table(console: Console, table: Table) -> None:
     the table at the width they need, and its lines wrap: cut to the width, `53.6k` would read `53`
     and the last columns would go."""
     unbounded = console.options.update_width(sys.maxsize)
-    padded = Measurement.get(console, unbounded, table)
-    if padded.maximum > console.width:
-        padding = table.padding
-        table.padding = (0, 0, 0, 0)
-        if Measurement.get(console, unbounded, table).maximum > console.width >= padded.minimum:
+    widths = Measurement.get(console, unbounded, table)
+    if widths.maximum > console.width:
+        padding, table.padding = table.padding, (0, 0, 0, 0)
+        tight = Measurement.get(console, unbounded, table)
+        if tight.maximum > console.width >= widths.minimum:
             table.padding = padding  # folding fits either way: keep the gaps
-    needed = Measurement.get(console, unbounded, table).minimum
-    console.print(table, soft_wrap=False, width=max(console.width, needed), crop=False)
+        else:
+            widths = tight
+    if widths.minimum > console.width:
+        table.width = widths.minimum  # a table set wider than the console is laid out at its width
+    console.print(table, soft_wrap=False, crop=False)
 
 
 QUERY_TEXT_WIDTH = 40  # a text value longer than this is cut, marked `…`, as in DuckDB's shell
