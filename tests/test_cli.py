@@ -172,28 +172,41 @@ def test_sql_runs_queries_and_explains_a_missing_store(runner, tmp_path):
     assert absent.exit_code == 1 and "traceforge analyze" in absent.output
 
 
-@pytest.mark.parametrize(("width", "leaves_out"), [(50, True), (80, None), (200, False)])
-def test_sql_never_cuts_a_number_and_names_the_columns_it_leaves_out(runner, tmp_path, width, leaves_out):
-    """As DuckDB's shell: long text is cut, marked `…`, and where the columns do not fit the
-    terminal those in the middle are left out and named, rather than `109…` for 10948."""
+@pytest.mark.parametrize(("width", "leaves_out"), [(50, True), (80, None), (200, False), (None, False)])
+def test_sql_never_cuts_a_number_and_names_the_columns_it_leaves_out(
+    runner, tmp_path, monkeypatch, width, leaves_out
+):
+    """As DuckDB's shell: a line per row, long text cut, marked `…`, and where the columns do not
+    fit the terminal those in the middle are left out and named, rather than `109…` for 10948.
+    Piped (no terminal, no COLUMNS), every column is shown, as wide as the table needs."""
     db = str(tmp_path / "s.duckdb")
     runner.invoke(cli, ["ingest", str(SAMPLE_TRACES), "--db", db])
     query = (
         "SELECT workload, model, traces, llm_calls, input_tokens, cache_read_tokens, output_tokens, "
-        "sum(input_tokens) OVER () * 1.5 AS scaled, repeat('x', 200) AS padding "
+        "sum(input_tokens) OVER () * 1.5 AS scaled, "
+        "'first line' || chr(10) || repeat('many words ', 20) AS note, repeat('x', 200) AS padding "
         "FROM v_usage_by_workload_model"
     )
     rows = json.loads(runner.invoke(cli, ["sql", "--db", db, "--json", query]).output)
-    shown = runner.invoke(cli, ["sql", "--db", db, query], env={"COLUMNS": str(width)})
+    monkeypatch.delenv("COLUMNS", raising=False)
+    shown = runner.invoke(cli, ["sql", "--db", db, query], env={"COLUMNS": str(width)} if width else {})
     assert shown.exit_code == 0, shown.output
     table = [line for line in shown.output.splitlines() if line[:1] in "┏┃┡│└"]
-    assert all(len(line) <= width for line in table), [line for line in table if len(line) > width]
+    assert len([line for line in table if line[:1] == "│"]) == len(rows)  # a line per row
+    if width:
+        assert all(len(line) <= width for line in table), [line for line in table if len(line) > width]
     assert "x" * 41 not in shown.output  # text cut at 40 characters
-    left_out = re.search(r"\((\d+) of 9 columns left out to fit the terminal: (.*); --csv", shown.output)
+    left_out = re.search(r"\((\d+) of 10 columns left out to fit the terminal: (.*); --csv", shown.output)
     dropped = left_out.group(2).split(", ") if left_out else []
     if leaves_out is not None:
         assert (left_out is not None) == leaves_out
     assert "workload" not in dropped and "padding" not in dropped  # the first and the last stay
+    if "note" not in dropped:  # its line break shown as \n, as DuckDB's shell shows it
+        note = "first line\\n" + "many words " * 20
+        cells = re.findall(r"│ (first[^│]*?) *│", shown.output)
+        assert len(cells) == len(rows) and all(note.startswith(cell.rstrip("…")) for cell in cells), cells
+        if width in (None, 200):
+            assert all(cell.startswith("first line\\nmany") for cell in cells), cells
     for column in ("traces", "llm_calls", "input_tokens", "cache_read_tokens", "output_tokens", "scaled"):
         if column in dropped:
             continue

@@ -78,4 +78,6 @@ def sql(query, db, as_json, as_csv):
         writer.writerow(columns)
         writer.writerows(rows)
     else:
-        render_query_result(stdout(), columns, rows)
+        console = stdout()
+        fits = console.is_terminal or "COLUMNS" in os.environ  # piped: every column, as wide as needed
+        render_query_result(console, columns, rows, console.width if fits else None)

@@ -12,6 +12,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
@@ -358,36 +359,55 @@ QUERY_TEXT_WIDTH = 40  # a text value longer than this is cut, marked `…`, as 
 QUERY_TEXT_MIN = 8  # how narrow a text column may get before columns are left out
 
 
-def render_query_result(console: Console, columns: list[str], rows: list[tuple]) -> None:
-    """A query's result as a table, as DuckDB's shell shows one: long text cut, marked `…`, and
-    where the columns do not fit the terminal, those in the middle left out (named below the
-    table), never a number cut."""
-    cells = [["NULL" if v is None else str(v) for v in row] for row in rows]
+def render_query_result(console: Console, columns: list[str], rows: list[tuple], width: int | None) -> None:
+    """A query's result as a table, as DuckDB's shell shows one: a line per row (a line break in
+    a value shown as `\\n`), long text cut, marked `…`, and where the columns do not fit `width`
+    (the terminal's), those in the middle left out (named below the table), never a number cut.
+    `width` None: as wide as the table needs, every column shown (output piped to a file)."""
+    cells = [["NULL" if v is None else _one_line(str(v)) for v in row] for row in rows]
     numeric = [
         any(isinstance(row[i], int | float | Decimal) and not isinstance(row[i], bool) for row in rows)
         for i in range(len(columns))
     ]
-    longest = [max([len(column)] + [len(row[i]) for row in cells]) for i, column in enumerate(columns)]
+    longest = [max([cell_len(name)] + [cell_len(row[i]) for row in cells]) for i, name in enumerate(columns)]
     # the narrowest a column can be: a number and its header whole, text a few characters and `…`
     least = [n if number else min(n, QUERY_TEXT_MIN) for n, number in zip(longest, numeric, strict=True)]
     shown = list(range(len(columns)))
-    while len(shown) > 2 and 1 + sum(least[i] + 3 for i in shown) > console.width:  # 3: a rule, 2 spaces
-        del shown[len(shown) // 2]
+    while width is not None and len(shown) > 2 and 1 + sum(least[i] + 3 for i in shown) > width:
+        del shown[len(shown) // 2]  # 3 a column: a rule and 2 spaces
+    wanted = {i: longest[i] if numeric[i] else min(longest[i], QUERY_TEXT_WIDTH) for i in shown}
+    if width is not None:  # the text columns share what the numbers leave, the narrowest served first
+        room = width - 1 - 3 * len(shown) - sum(wanted[i] for i in shown if numeric[i])
+        texts = sorted((i for i in shown if not numeric[i]), key=wanted.get)
+        for served, i in enumerate(texts):
+            wanted[i] = max(min(wanted[i], room // (len(texts) - served)), least[i])
+            room -= wanted[i]
     table = Table()
     for i in shown:
-        if numeric[i]:
-            table.add_column(columns[i], justify="right", no_wrap=True, min_width=longest[i])
-        else:
-            table.add_column(columns[i], max_width=QUERY_TEXT_WIDTH, overflow="ellipsis")
+        justify = "right" if numeric[i] else "left"
+        table.add_column(columns[i], justify=justify, width=wanted[i], no_wrap=True, overflow="ellipsis")
     for row in cells:
         table.add_row(*(row[i] for i in shown))
-    console.print(table)
+    table.width = 1 + sum(wanted[i] + 3 for i in shown)  # set, as wide as that even past the console's
+    console.print(table, soft_wrap=False, crop=False)
     left_out = [columns[i] for i in range(len(columns)) if i not in shown]
     if left_out:
         console.print(
             f"({len(left_out)} of {len(columns)} columns left out to fit the terminal: "
             f"{', '.join(left_out)}; --csv or --json prints every column)"
         )
+
+
+_LINE_BREAKS = str.maketrans({"\n": "\\n", "\r": "\\r", "\t": "\\t"})
+
+
+def _one_line(text: str) -> str:
+    r"""A value on one line, its breaks written as DuckDB's shell writes them.
+
+    >>> _one_line("line1\nline2\tend")
+    'line1\\nline2\\tend'
+    """
+    return text.translate(_LINE_BREAKS)
 
 
 def _table(*columns: tuple[str, str]) -> Table:
