@@ -352,6 +352,77 @@ def test_the_report_draws_the_dependencies_no_other_path_implies(runner, tmp_pat
     assert [drawing.count("<line ") for drawing in drawings] == [2, 2]
 
 
+def test_a_long_trace_s_drawings_scroll_and_a_wide_one_keeps_its_labels_legible(runner, tmp_path, chromium):
+    """A 137-turn Claude Code session was drawn 6,000 pixels tall, and a parallel turn of many
+    calls shrunk to fit half the page, its labels specks. Three traces: 40 calls in 20 dependent
+    pairs (narrow and tall: side by side, scrolling together in one box), 30 independent calls
+    made one after another (a parallel row of 30: one drawing above the other, each scrolling,
+    sideways too, at no less than three quarters of its size), and 2 calls (left as they are)."""
+    from browser import Browser
+
+    def run(prefix: str, arguments: list[dict], results: list[str], t0: int) -> list[dict]:
+        loop = OpenAILoop("You check stock.", f"check the {prefix} stores", workload="stock", t0=t0)
+        for i, (argument, result) in enumerate(zip(arguments, results, strict=True)):
+            loop.call(tool_calls=[openai_tool_call(f"{prefix}_{i}", "get_stock", argument)])
+            loop.result(f"{prefix}_{i}", result)
+        loop.call(content="All checked.")
+        return loop.records
+
+    # pair k's two calls both name the store the pair before it found: a chain of 20 turns of 2
+    chained = run(
+        "chain",
+        [{"store": f"ST-{7000 + (i // 2 - 1) * 2 + 1}" if i >= 2 else "first"} for i in range(40)],
+        [f"4 left; next store ST-{7000 + i}" for i in range(40)],
+        1_790_000_000,
+    )
+    independent = run("wide", [{"store": f"S-{i}"} for i in range(30)], ["4 left"] * 30, 1_790_100_000)
+    short = run("short", [{"store": f"T-{i}"} for i in range(2)], ["1 left"] * 2, 1_790_200_000)
+    write_jsonl(tmp_path / "logs" / "stock.jsonl", chained + independent + short)
+    out = tmp_path / "out"
+    analysed = runner.invoke(
+        cli, ["analyze", str(tmp_path / "logs"), "--db", str(tmp_path / "s.duckdb"), "--out", str(out)]
+    )
+    assert analysed.exit_code == 0, analysed.output
+    with Browser(chromium, width=1200, height=1000) as browser:
+        browser.open(out / "report.html")
+        boxes = browser.evaluate(
+            "Array.from(document.querySelectorAll('.pair')).map(pair => ({"
+            " trace: (h => { while (h.tagName !== 'H3') h = h.previousElementSibling;"
+            "   return h.querySelector('code').textContent; })(pair.previousElementSibling),"
+            " height: pair.clientHeight, content: pair.scrollHeight,"
+            " figures: Array.from(pair.querySelectorAll('figure')).map(f => ({"
+            "   top: f.getBoundingClientRect().top, height: f.clientHeight, content: f.scrollHeight,"
+            "   sideways: f.scrollWidth > f.clientWidth})),"
+            " scales: Array.from(pair.querySelectorAll('svg[data-chart=dag]')).map(svg =>"
+            "   svg.getBoundingClientRect().width / svg.viewBox.baseVal.width)}))"
+        )
+        page_width = browser.evaluate("document.documentElement.scrollWidth")
+    assert page_width <= 1200  # a wide drawing scrolls in its figure, not the page
+    drawn = {box["trace"]: box for box in boxes}
+    chain, wide, small = (drawn[trace_of(tmp_path, call)] for call in ("chain_0", "wide_0", "short_0"))
+    # narrow and tall: side by side, one box of at most 720 pixels scrolling both together
+    assert chain["figures"][0]["top"] == chain["figures"][1]["top"]
+    assert chain["height"] <= 720 < chain["content"]
+    assert all(0.99 <= scale <= 1 for scale in chain["scales"])  # 2 boxes a row: full size
+    # wide: one above the other, the 30 rows of the observed one scrolling within 720 pixels
+    assert wide["figures"][0]["top"] < wide["figures"][1]["top"]
+    assert wide["figures"][0]["height"] <= 720 < wide["figures"][0]["content"]
+    assert [figure["sideways"] for figure in wide["figures"]] == [True, True]
+    assert all(0.75 - 0.01 <= scale <= 1 for scale in wide["scales"])
+    # short and narrow: as it was, but never blown up past its size
+    assert small["height"] == small["content"] and not any(f["sideways"] for f in small["figures"])
+    assert small["figures"][0]["top"] == small["figures"][1]["top"]
+    assert all(scale <= 1 for scale in small["scales"])
+
+
+def trace_of(tmp_path, tool_call_id: str) -> str:
+    """The trace holding a tool call, from the store in `tmp_path`."""
+    with duckdb.connect(str(tmp_path / "s.duckdb"), read_only=True) as con:
+        return con.execute(
+            "SELECT trace_id FROM tool_calls WHERE tool_call_id = ?", [tool_call_id]
+        ).fetchone()[0]
+
+
 HOSTILE = {
     "workload": "<script>window.__pwned=1</script>",
     "tool": '<img src=x onerror="window.__pwned=2">',

@@ -15,12 +15,22 @@ from typing import Any
 from traceforge.analysis.summary import cached_text
 from traceforge.export.profile import Profile
 from traceforge.files import replace_text
-from traceforge.report.svg import PALETTE, bar_chart, dag_diagram, esc, line_chart, stacked_bar_chart
+from traceforge.report.svg import (
+    DAG_LEAST_SCALE,
+    PALETTE,
+    bar_chart,
+    dag_diagram,
+    esc,
+    line_chart,
+    stacked_bar_chart,
+)
 from traceforge.report.terminal import display_path, unpriced_text
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'none'"
 CDF_POINTS = 120
 DAG_BOX_SLOT = 130  # horizontal room per call in a DAG drawing
+DAG_ROWS_SHOWN = 16  # a longer trace's drawings scroll in a box of about this many turns
+DAG_HALF_PAGE = 498  # pixels for a drawing beside another: half of main's 1,052, less gap and padding
 
 STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; color: #222; margin: 0; background: #fafafa; }
@@ -40,6 +50,13 @@ th, td { border-bottom: 1px solid #eee; padding: 4px 8px; text-align: left; vert
 td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; }
 .pick { background: #fff; border-left: 4px solid #3b6ea5; padding: 8px 12px; margin: 8px 0; }
 .pair { display: grid; grid-template-columns: 1fr 1fr; gap: 12px; }
+.pair figure { min-width: 0; overflow-x: auto; }
+.pair svg { display: block; margin: 0 auto; }
+.pair.stacked { grid-template-columns: 1fr; }
+.pair.scroll:not(.stacked), .pair.stacked.scroll figure {
+  max-height: 720px; overflow-y: auto; box-sizing: border-box;
+}
+.pair.scroll { align-items: start; }
 code { background: #f0f0f0; padding: 1px 4px; border-radius: 3px; }
 """
 
@@ -277,16 +294,35 @@ def _dag_pair(drawing: dict[str, Any]) -> str:
     width = DAG_BOX_SLOT * widest + 50
     observed = dag_diagram(observed_levels, edges, title=f"{title}: observed", width=width)
     parallel = dag_diagram(parallel_levels, edges, title=f"{title}: parallel", width=width)
-    return (
+    heading = (
         f"<h3>Trace <code>{esc(drawing['trace_id'])}</code>: {drawing['observed_turns']} turns observed, "
         f"{drawing['min_turns']} needed</h3>"
-        '<div class="pair">'
-        + _figure(observed, "As the agent ran it: one row per LLM turn.")
-        + _figure(
-            parallel,
-            "The parallel schedule: each row's calls issued together; lines are the dependencies no "
-            "other path implies, as traceforge dag TRACE_ID lists them.",
+    )
+    observed_caption = "As the agent ran it: one row per LLM turn."
+    parallel_caption = (
+        "The parallel schedule: each row's calls issued together; lines are the dependencies no "
+        "other path implies, as traceforge dag TRACE_ID lists them."
+    )
+    tall = max(len(observed_levels), len(parallel_levels)) > DAG_ROWS_SHOWN
+    # side by side while both fit half the page at a legible size; wider, one above the other
+    layout = "pair" if width * DAG_LEAST_SCALE <= DAG_HALF_PAGE else "pair stacked"
+    if not tall:
+        return (
+            heading
+            + f'<div class="{layout}">'
+            + _figure(observed, observed_caption)
+            + _figure(parallel, parallel_caption)
+            + "</div>"
         )
+    # A long trace's drawings are thousands of pixels tall: they scroll in a box (side by side, one
+    # box for both, so they scroll together), their captions above it rather than at its far end.
+    where = ("Left", "Right") if layout == "pair" else ("Above", "Below")
+    together = "the two drawings scroll together" if layout == "pair" else "each drawing scrolls"
+    return (
+        heading + f'<p class="meta">{where[0]}: {esc(observed_caption)} {where[1]}: {esc(parallel_caption)} '
+        f"{max(len(observed_levels), len(parallel_levels))} rows: {together}.</p>"
+        + f'<div class="{layout} scroll">'
+        + f"<figure>{observed}</figure><figure>{parallel}</figure>"
         + "</div>"
     )
 

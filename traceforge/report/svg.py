@@ -56,9 +56,10 @@ def _ticks(top: float, count: int = 4, whole: bool = False) -> list[float]:
     return [i * step for i in range(math.ceil(top / step - 1e-9) + 1)]
 
 
-def _open(kind: str, width: int, height: int, title: str) -> list[str]:
+def _open(kind: str, width: int, height: int, title: str, style: str = "") -> list[str]:
+    styled = f' style="{style}"' if style else ""
     return [
-        f'<svg class="chart" data-chart="{esc(kind)}" '
+        f'<svg class="chart" data-chart="{esc(kind)}"{styled} '
         f'viewBox="0 0 {width} {height}" width="100%" role="img" aria-label="{esc(title)}">',
         f"<title>{esc(title)}</title>",
     ]
@@ -270,6 +271,9 @@ def line_chart(
     return "".join(out)
 
 
+DAG_LEAST_SCALE = 0.75
+
+
 def dag_diagram(
     levels: Sequence[Sequence[tuple[str, str]]],
     edges: Sequence[tuple[str, str]],
@@ -286,7 +290,10 @@ def dag_diagram(
     width = max(width, 130 * widest + 50)  # room for every box of the widest turn
     height = top + row_h * len(levels) + 4
     position: dict[str, tuple[float, float]] = {}
-    out = _open("dag", width, height, title)
+    # Never drawn larger than life, nor shrunk below DAG_LEAST_SCALE (its labels would be specks):
+    # a wider drawing (a parallel turn of many calls) scrolls sideways in its figure instead.
+    size = f"max-width: {width}px; min-width: {round(width * DAG_LEAST_SCALE)}px"
+    out = _open("dag", width, height, title, style=size)
     out.append(f"<g {FONT}>")
     for depth, level in enumerate(levels):
         y = top + depth * row_h
