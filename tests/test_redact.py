@@ -61,6 +61,8 @@ LEFT_ALONE = [
     "card-like but not Luhn-valid: 4111 1111 1111 1112",
     "a millisecond timestamp 1700000000000 is not a card",
     "a fraction 0.4111111111111111 and 4111111111111111.5 are not cards",
+    # a tau2-bench trace id: 35246-6684-4425-8 is 14 digits with a card prefix and Luhn-valid
+    "trace fca35246-6684-4425-8dca-8f79be13bf24 and ids x4111111111111111 or 4111111111111111_b",
     "loopback 127.0.0.1 and unspecified 0.0.0.0 stay",
     "at 10:20:30 on 2025-03-01 the job ran",
     "version 1.2.3 and 1.2.3.4.5 are not addresses",
@@ -106,7 +108,7 @@ def conversation(trace_id: str, *texts: str, arguments: dict | None = None) -> C
 # The rules that run on every text, in their plain form: the shipped patterns open with a character
 # rather than a lookbehind, for speed (see traceforge.export.redact), and must match exactly these.
 PLAIN_FORMS = {
-    "card_number": [r"(?<![\d.,-])\d(?:[ -]?\d){12,18}(?![\d-]|[.,]\d)"],
+    "card_number": [r"(?<![\w.,-])\d(?:[ -]?\d){12,18}(?![\w-]|[.,]\d)"],
     "ip_address": [  # one per rule: IPv4, IPv6
         r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w]|\.\d)",
         r"(?<![\w:])[0-9A-Fa-f]{1,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?![\w:])",
