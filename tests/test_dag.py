@@ -270,6 +270,47 @@ def test_dag_text_shows_both_schedules(runner, analysed_db):
     assert "critical path: #1 search_products ->" in result.output
 
 
+def test_dag_text_shows_the_end_of_a_long_path_where_the_file_is_named(runner, tmp_path):
+    """Every Read of a Claude Code session showed `file_path=/home/USER/projects/spotter-worktr…`,
+    the folders all its calls share; a long path now keeps its end. A path that fits, and text
+    that is not a path (a command, a URL), are cut at the end as before."""
+    project = "/home/dev/projects/platform-worktrees/checkout-api"
+    files = [f"{project}/lib/checkout_web/live/{name}_live.ex" for name in ("cart", "payment")]
+    loop = OpenAILoop("You are a coding agent.", "fix the cart", workload="coding")
+    arguments = [
+        {"file_path": files[0]},
+        {"file_path": files[1], "limit": 200},
+        {"path": "src/cart.py", "old_str": "total = sum(item.price for item in items) " * 3},
+        {"command": f"find {project} -name '*.ex' -newer {files[0]}"},
+        {"url": f"https://git.example.com{project}/blob/main/lib/checkout_web/router.ex"},
+    ]
+    for i, argument in enumerate(arguments):
+        loop.call(tool_calls=[openai_tool_call(f"call_{i}", "Tool", argument)])
+        loop.result(f"call_{i}", "ok")
+    loop.call(content="done")
+    write_jsonl(tmp_path / "logs" / "session.jsonl", loop.records)
+    db = str(tmp_path / "s.duckdb")
+    analysed = runner.invoke(
+        cli, ["analyze", str(tmp_path / "logs"), "--db", db, "--out", str(tmp_path / "o")]
+    )
+    assert analysed.exit_code == 0, analysed.output
+    (trace,) = json.loads(
+        runner.invoke(cli, ["sql", "--db", db, "--json", "SELECT trace_id FROM traces"]).output
+    )
+    result = runner.invoke(cli, ["dag", trace["trace_id"], "--db", db], env={"COLUMNS": "160"})
+    assert result.exit_code == 0, result.output
+    shown = [
+        line[line.index("#") : line.rindex(")") + 1] for line in result.output.splitlines() if "Tool(" in line
+    ]
+    assert shown == [
+        "#1 Tool(file_path=…/lib/checkout_web/live/cart_live.ex)",
+        "#2 Tool(file_path=…/live/payment_live.ex, limit=200)",
+        "#3 Tool(path=src/cart.py, old_str=total = sum(item.pric…)",
+        "#4 Tool(command=find /home/dev/projects/platform-worktr…)",
+        "#5 Tool(url=https://git.example.com/home/dev/projects/p…)",
+    ]
+
+
 def test_dag_mermaid_dot_and_json(runner, analysed_db):
     mermaid = runner.invoke(cli, ["dag", "dx-1", "--db", str(analysed_db), "--format", "mermaid"]).output
     assert mermaid.startswith("flowchart TD")

@@ -34,12 +34,42 @@ def call_label(call: Call, with_arguments: bool = True) -> str:
 
 
 def argument_summary(arguments: Any, limit: int = ARGUMENT_CHARS) -> str:
+    """The arguments on one line of at most `limit` characters; a long path keeps its end, where
+    the file is named, rather than the folders every call of a project shares.
+
+    >>> argument_summary({"file_path": "/home/dev/projects/shop/lib/web/live/cart_live.ex", "limit": 200})
+    'file_path=…/lib/web/live/cart_live.ex, limit=200'
+    """
     parts = []
     for path, leaf in leaves(arguments):
-        text = json.dumps(leaf, ensure_ascii=False) if not isinstance(leaf, str) else leaf
-        parts.append(f"{path}={text}" if path else text)
-    text = ", ".join(" ".join(p.split()) for p in parts)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+        text = json.dumps(leaf, ensure_ascii=False) if not isinstance(leaf, str) else " ".join(leaf.split())
+        parts.append((f"{path}=" if path else "", text))
+    shown = ""
+    for index, (name, value) in enumerate(parts):
+        start = f"{shown}, {name}" if shown else name
+        if _is_path(value) and len(start) + len(value) > limit:  # its end would be cut: keep the end
+            rest = sum(len(", ") + len(n) + len(v) for n, v in parts[index + 1 :])
+            value = _path_end(value, max(limit - len(start) - rest, PATH_END_CHARS))
+        shown = start + value
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+
+
+PATH_END_CHARS = 16  # the least of a path's end kept: a file name at least
+
+
+def _is_path(text: str) -> bool:
+    """A file path or glob (not a URL, whose host comes first, nor text with spaces)."""
+    return "/" in text.strip("/") and "://" not in text and not any(c.isspace() for c in text)
+
+
+def _path_end(path: str, room: int) -> str:
+    """`…/` and as many of the path's last parts as fit in `room` characters (the last whole)."""
+    *folders, kept = path.rstrip("/").split("/")
+    for folder in reversed(folders):
+        if len(folder) + len(kept) + 3 > room:
+            break
+        kept = f"{folder}/{kept}"
+    return kept if kept == path else f"…/{kept}"
 
 
 def reduced_edges(schedule: Schedule) -> list[tuple[int, int, dict[str, Any]]]:
