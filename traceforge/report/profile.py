@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from traceforge.report.terminal import human, label_note, print_table, workload_labels
+from traceforge.report.terminal import human, label_note, plural, print_table, workload_labels
 
 SHOWN_WORKLOADS = 5
 
@@ -51,7 +51,7 @@ def render_profile(console: Console, document: dict[str, Any], paths: dict[str, 
         console.print(f"... {len(spend['workloads']) - 20} more workloads in profile.json")
     totals = spend["totals"]
     console.print(
-        f"* the {len(spend['top_80_percent'])} workload(s) covering 80% of spend. "
+        f"* the {plural(len(spend['top_80_percent']), 'workload')} covering 80% of spend. "
         f"Total {money(totals['cost_usd'])}: "
         f"{money(totals['cost_reported_usd'])} reported by the source, {money(totals['cost_priced_usd'])} "
         f"priced from tokens, {money(totals['cost_estimated_usd'])} from estimated tokens."
