@@ -409,3 +409,22 @@ def test_any_csv_table_read_in_chunks_gives_what_a_whole_read_gives(rows, line_e
     writer.writerows(rows)
     streamed, whole = _read_both(out.getvalue().encode(), "export.csv", chunk, compressed)
     assert streamed == whole
+
+
+_KEYS = st.sampled_from(["a", "b", "0", "metadata", ""])
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-2, 2) | st.text("ab", max_size=2),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_KEYS, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=_JSON, paths=st.lists(st.lists(_KEYS, min_size=1, max_size=3).map(".".join), max_size=4))
+def test_first_is_the_first_path_that_digs_to_a_value(value, paths):
+    """`values.first` walks its paths inline (it is called a dozen times per log record): it finds
+    what `dig` along each path's keys finds, lists never indexed by a dotted key, falsy values kept."""
+    from traceforge.ingest.values import dig, first
+
+    found = (dig(value, *path.split(".")) for path in paths)
+    assert first(value, *paths) == next((v for v in found if v is not None), None)

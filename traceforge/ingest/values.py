@@ -7,6 +7,7 @@ None for what cannot, so adapters stay short and a bad field never crashes an in
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -134,12 +135,31 @@ def dig(value: Any, *path: str | int) -> Any:
 
 
 def first(value: Any, *paths: str) -> Any:
-    """The first non-None of several dotted paths: first(rec, "metadata.session_id", "session_id")."""
+    """The first non-None of several dotted paths: first(rec, "metadata.session_id", "session_id").
+
+    `dig` along each path's keys, inlined: a log record is asked for a dozen paths (ids, times,
+    cost), and this was 10% of parsing one.
+
+    >>> first({"metadata": {"session_id": "s-1"}, "session_id": None}, "session_id", "metadata.session_id")
+    's-1'
+    """
     for path in paths:
-        found = dig(value, *path.split("."))
+        found = value
+        for key in _keys(path):
+            if not isinstance(found, dict):
+                found = None
+                break
+            found = found.get(key)
+            if found is None:
+                break
         if found is not None:
             return found
     return None
+
+
+@functools.cache
+def _keys(path: str) -> tuple[str, ...]:
+    return tuple(path.split("."))
 
 
 def as_int(value: Any) -> int | None:
