@@ -200,7 +200,7 @@ def test_anthropic_log_blocks_thinking_errors_and_token_semantics(tmp_path, con)
         }
     ]
     loop = AnthropicLoop("You are a coding agent.", "Fix the bug in app.py", tools=tools)
-    loop.call(
+    thought = loop.call(
         [
             {"type": "thinking", "thinking": "Read both files first.", "signature": "x"},
             {"type": "text", "text": "Reading."},
@@ -211,6 +211,8 @@ def test_anthropic_log_blocks_thinking_errors_and_token_semantics(tmp_path, con)
         cache_write=3000,
         output_tokens=90,
     )
+    # as a recorded claude-sonnet-4-6 response with thinking counts it (in ../shared/data/otel)
+    thought["response"]["usage"]["output_tokens_details"] = {"thinking_tokens": 28}
     loop.result("toolu_1", [{"type": "text", "text": "def main(): ..."}])
     loop.result("toolu_2", "No such file: util.py", is_error=True)
     loop.call(
@@ -222,10 +224,10 @@ def test_anthropic_log_blocks_thinking_errors_and_token_semantics(tmp_path, con)
 
     assert report.files[0].format == "anthropic-messages"
     calls = con.execute(
-        "SELECT input_tokens, cache_read_tokens, cache_write_tokens, output_tokens, provider "
-        "FROM llm_calls ORDER BY seq"
+        "SELECT input_tokens, cache_read_tokens, cache_write_tokens, output_tokens, reasoning_tokens, "
+        "provider FROM llm_calls ORDER BY seq"
     ).fetchall()
-    assert calls == [(3020, 0, 3000, 90, "anthropic"), (3150, 3000, 0, 12, "anthropic")]
+    assert calls == [(3020, 0, 3000, 90, 28, "anthropic"), (3150, 3000, 0, 12, None, "anthropic")]
     tool_rows = con.execute("SELECT tool_call_id, result, is_error FROM tool_calls ORDER BY seq").fetchall()
     assert tool_rows == [("toolu_1", "def main(): ...", False), ("toolu_2", "No such file: util.py", True)]
     first = con.execute(

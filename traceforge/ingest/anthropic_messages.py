@@ -15,7 +15,7 @@ from typing import Any
 
 from traceforge.ingest import api_log, transcript
 from traceforge.ingest.sources import Record
-from traceforge.ingest.values import as_float, as_id, as_int, as_list, as_str, json_text, text_of
+from traceforge.ingest.values import as_float, as_id, as_int, as_list, as_str, dig, json_text, text_of
 from traceforge.model import LlmCall, Message, ParseResult, ToolDef, Trace
 
 FORMAT = "anthropic-messages"
@@ -157,6 +157,8 @@ def apply_usage(call: LlmCall, usage: Any) -> None:
     call.cache_read_tokens = read
     call.cache_write_tokens = write
     call.output_tokens = output
+    # part of output_tokens, as OpenAI's reasoning_tokens (seen in recorded responses of 2026)
+    call.reasoning_tokens = as_int(dig(usage, "output_tokens_details", "thinking_tokens"))
     cost = as_float(usage.get("cost"))
     if cost is not None:
         call.cost_usd = cost
