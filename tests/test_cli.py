@@ -155,6 +155,11 @@ def test_sql_runs_queries_and_explains_a_missing_store(runner, tmp_path):
     assert json.loads(result.output) == [{"workload": "support", "n": 2}]
     csv_out = runner.invoke(cli, ["sql", "--db", db, "--csv", "SELECT count(*) AS n FROM tool_calls"])
     assert csv_out.stdout_bytes == b"n\n2\n"  # no \r for a shell's $(...) (.output drops it)
+    # booleans and NULL as DuckDB's shell writes them, not Python's True and None
+    flags = "SELECT bool_or(is_error) AS any_failed, NULL AS nothing, count(*) AS n FROM tool_calls"
+    as_csv = runner.invoke(cli, ["sql", "--db", db, "--csv", flags]).output
+    assert as_csv == "any_failed,nothing,n\nfalse,,2\n"
+    assert re.search(r"│ false +│ NULL +│ +2 │", runner.invoke(cli, ["sql", "--db", db, flags]).output)
     # a .sql file, as the shipped ones in queries/, comments and all
     query_file = tmp_path / "errors.sql"
     query_file.write_text(

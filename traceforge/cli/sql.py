@@ -76,8 +76,13 @@ def sql(query, db, as_json, as_csv):
     elif as_csv:
         writer = csv.writer(sys.stdout, lineterminator="\n")  # as DuckDB's shell; no \r in $(...)
         writer.writerow(columns)
-        writer.writerows(rows)
+        writer.writerows([[_sql_text(v) if isinstance(v, bool) else v for v in row] for row in rows])
     else:
         console = stdout()
         fits = console.is_terminal or "COLUMNS" in os.environ  # piped: every column, as wide as needed
         render_query_result(console, columns, rows, console.width if fits else None)
+
+
+def _sql_text(value: bool) -> str:
+    """A boolean as SQL and DuckDB's shell write it: `true`, not Python's `True`."""
+    return "true" if value else "false"

@@ -364,7 +364,7 @@ def render_query_result(console: Console, columns: list[str], rows: list[tuple],
     a value shown as `\\n`), long text cut, marked `…`, and where the columns do not fit `width`
     (the terminal's), those in the middle left out (named below the table), never a number cut.
     `width` None: as wide as the table needs, every column shown (output piped to a file)."""
-    cells = [["NULL" if v is None else _one_line(str(v)) for v in row] for row in rows]
+    cells = [[_cell_text(v) for v in row] for row in rows]
     numeric = [
         any(isinstance(row[i], int | float | Decimal) and not isinstance(row[i], bool) for row in rows)
         for i in range(len(columns))
@@ -396,6 +396,15 @@ def render_query_result(console: Console, columns: list[str], rows: list[tuple],
             f"({len(left_out)} of {len(columns)} columns left out to fit the terminal: "
             f"{', '.join(left_out)}; --csv or --json prints every column)"
         )
+
+
+def _cell_text(value: Any) -> str:
+    """A value as DuckDB's shell shows it: NULL, true and false, and on one line."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return _one_line(str(value))
 
 
 _LINE_BREAKS = str.maketrans({"\n": "\\n", "\r": "\\r", "\t": "\\t"})
