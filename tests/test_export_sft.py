@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -291,10 +292,31 @@ def test_bad_usage_and_bad_folders(runner, db, tmp_path):
     assert result.exit_code == 1 and "no such store" in result.output
 
 
-def test_nothing_selected_exits_1(runner, db, tmp_path):
-    result = run(runner, "export", "sft", "--db", str(db), "--out", str(tmp_path / "o"), "--workload", "nope")
+def test_nothing_selected_exits_1_and_says_what_the_store_holds(runner, db, tmp_path):
+    """A misspelt workload or a model no call used: the store's values, most traces first."""
+    held = json.loads(
+        run(
+            runner, "sql", "--db", str(db), "--json", "SELECT workload, count(*) AS n FROM traces GROUP BY 1"
+        ).output
+    )
+    out = str(tmp_path / "o")
+    result = run(runner, "export", "sft", "--db", str(db), "--out", out, "--workload", "nope")
     assert result.exit_code == 1
     assert "No rows written" in result.output
+    listed = re.search(r"--workload nope matches no trace; the store's workloads: (.*)\n", result.output)
+    assert listed, result.output
+    expected = sorted(held, key=lambda w: (-w["n"], w["workload"]))
+    assert listed.group(1) == ", ".join(
+        f"{w['workload']} ({w['n']} trace{'s' * (w['n'] != 1)})" for w in expected
+    )
+    # a filter that matches on its own is not listed: only the one that matched nothing
+    workload = expected[0]["workload"]
+    result = run(
+        runner, "export", "sft", "--db", str(db), "--out", out, "--workload", workload, "--model", "gpt-9*"
+    )
+    assert result.exit_code == 1
+    assert "--model gpt-9* matches no trace; the store's models: " in result.output
+    assert "--workload" not in result.output.split("matches no trace")[0]
 
 
 def test_real_tau2_simulations(runner, shared_data, tmp_path, db_path):

@@ -164,7 +164,7 @@ def export(
     from traceforge.export.folder import FolderError
     from traceforge.export.pipeline import ExportError, ExportOptions, command_line
     from traceforge.export.pipeline import export as run_export
-    from traceforge.export.selection import Criteria, SelectionError, parse_splits
+    from traceforge.export.selection import Criteria, SelectionError, parse_splits, unmatched_filters
 
     if fmt == "openai" and kind == "rl":
         raise click.UsageError(
@@ -202,6 +202,7 @@ def export(
         render_unfinished(stderr(), unfinished_files(con))
         with TraceProgress(f"exporting {kind}") as on_progress:
             report = run_export(con, options, on_progress)
+        hints = unmatched_filters(con, criteria) if not report.matched else []
     except (ExportError, FolderError) as exc:
         raise click.ClickException(str(exc)) from exc
     finally:
@@ -218,6 +219,8 @@ def export(
         click.echo(json.dumps(payload, indent=2))
     elif pushed is not None:
         render_push(stdout(), pushed)
+    for hint in hints:
+        stderr().print(hint, highlight=False)
     if not report.total_rows:
         stderr().print(f"No rows written for {kind}: see the counts above for what was left out.")
         sys.exit(1)

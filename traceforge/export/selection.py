@@ -295,6 +295,48 @@ def matching_trace_ids(con: duckdb.DuckDBPyConnection, criteria: Criteria) -> li
     return [row[0] for row in con.execute(sql, params).fetchall()]
 
 
+def unmatched_filters(con: duckdb.DuckDBPyConnection, criteria: Criteria, shown: int = 8) -> list[str]:
+    """For a selection that matched nothing: each of --workload, --outcome and --model that alone
+    matches no trace, with the values the store holds (the `shown` most common), so a misspelt
+    name says what to write instead.
+
+    The workloads are the traces' own and those the last profile or analyze gave them, as
+    `matching_trace_ids` reads them."""
+    lines = []
+    checks = [
+        (
+            "--workload",
+            criteria.workloads,
+            "workloads",
+            "SELECT workload, count(DISTINCT trace_id) FROM (SELECT trace_id, workload FROM traces "
+            "UNION ALL SELECT trace_id, workload FROM trace_workloads) WHERE workload IS NOT NULL "
+            "GROUP BY 1 ORDER BY 2 DESC, 1",
+        ),
+        (
+            "--outcome",
+            criteria.outcomes,
+            "outcomes",
+            "SELECT outcome, count(*) FROM traces WHERE outcome IS NOT NULL GROUP BY 1 ORDER BY 2 DESC, 1",
+        ),
+        (
+            "--model",
+            criteria.models,
+            "models",
+            "SELECT model, count(DISTINCT trace_id) FROM llm_calls WHERE model IS NOT NULL "
+            "GROUP BY 1 ORDER BY 2 DESC, 1",
+        ),
+    ]
+    for option, wanted, noun, query in checks:
+        if not wanted or matching_trace_ids(con, Criteria(**{noun: wanted})):
+            continue
+        held = con.execute(query).fetchall()
+        listed = ", ".join(f"{value} ({count} trace{'s' * (count != 1)})" for value, count in held[:shown])
+        more = f" and {len(held) - shown} more" if len(held) > shown else ""
+        given = " ".join(f"{option} {value}" for value in wanted)
+        lines.append(f"{given} matches no trace; the store's {noun}: {listed or 'none'}{more}")
+    return lines
+
+
 def resumed_elsewhere(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> set[str]:
     """The traces among `trace_ids` whose every LLM call was logged again in another trace (see
     `traceforge.ingest.copies`): a session a resumed session copied whole."""
