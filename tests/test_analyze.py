@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -352,6 +353,16 @@ def test_the_report_draws_the_dependencies_no_other_path_implies(runner, tmp_pat
     assert [drawing.count("<line ") for drawing in drawings] == [2, 2]
 
 
+def analyse_logs(runner, tmp_path) -> Path:
+    """`traceforge analyze` of `tmp_path/logs` into `tmp_path/s.duckdb`; the outputs' folder."""
+    out = tmp_path / "out"
+    result = runner.invoke(
+        cli, ["analyze", str(tmp_path / "logs"), "--db", str(tmp_path / "s.duckdb"), "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    return out
+
+
 def test_a_long_trace_s_drawings_scroll_and_a_wide_one_keeps_its_labels_legible(runner, tmp_path, chromium):
     """A 137-turn Claude Code session was drawn 6,000 pixels tall, and a parallel turn of many
     calls shrunk to fit half the page, its labels specks. Three traces: 40 calls in 20 dependent
@@ -378,11 +389,7 @@ def test_a_long_trace_s_drawings_scroll_and_a_wide_one_keeps_its_labels_legible(
     independent = run("wide", [{"store": f"S-{i}"} for i in range(30)], ["4 left"] * 30, 1_790_100_000)
     short = run("short", [{"store": f"T-{i}"} for i in range(2)], ["1 left"] * 2, 1_790_200_000)
     write_jsonl(tmp_path / "logs" / "stock.jsonl", chained + independent + short)
-    out = tmp_path / "out"
-    analysed = runner.invoke(
-        cli, ["analyze", str(tmp_path / "logs"), "--db", str(tmp_path / "s.duckdb"), "--out", str(out)]
-    )
-    assert analysed.exit_code == 0, analysed.output
+    out = analyse_logs(runner, tmp_path)
     with Browser(chromium, width=1200, height=1000) as browser:
         browser.open(out / "report.html")
         boxes = browser.evaluate(
@@ -439,11 +446,7 @@ def test_hostile_trace_content_is_shown_as_text_and_runs_nothing(runner, tmp_pat
         loop.result(f"call_{i}", HOSTILE["result"])
     loop.call(content="done")
     write_jsonl(tmp_path / "logs" / "evil.jsonl", loop.records)
-    out = tmp_path / "out"
-    result = runner.invoke(
-        cli, ["analyze", str(tmp_path / "logs"), "--db", str(tmp_path / "s.duckdb"), "--out", str(out)]
-    )
-    assert result.exit_code == 0, result.output
+    out = analyse_logs(runner, tmp_path)
     html = (out / "report.html").read_text()
     for payload in HOSTILE.values():
         assert payload not in html  # never verbatim
@@ -551,11 +554,7 @@ def test_chart_labels_stay_inside_their_charts(runner, tmp_path, chromium):
             loop.result(f"call_{k}_{i}", f"value {i}")
         loop.call(content="done")
         write_jsonl(tmp_path / "logs" / f"run{k}.jsonl", loop.records)
-    out = tmp_path / "out"
-    result = runner.invoke(
-        cli, ["analyze", str(tmp_path / "logs"), "--db", str(tmp_path / "s.duckdb"), "--out", str(out)]
-    )
-    assert result.exit_code == 0, result.output
+    out = analyse_logs(runner, tmp_path)
     with Browser(chromium, width=1200, height=1000) as browser:
         browser.open(out / "report.html")
         clipped = browser.evaluate(CLIPPED_TEXTS)
