@@ -317,6 +317,18 @@ def test_nothing_selected_exits_1_and_says_what_the_store_holds(runner, db, tmp_
     assert result.exit_code == 1
     assert "--model gpt-9* matches no trace; the store's models: " in result.output
     assert "--workload" not in result.output.split("matches no trace")[0]
+    # dates: the store's first and last start, in UTC
+    result = run(runner, "export", "sft", "--db", str(db), "--out", out, "--since", "2099-01-01")
+    assert result.exit_code == 1
+    said = re.search(
+        r"--since 2099-01-01 matches no trace; the store's traces started from (.*) UTC to (.*) UTC\n",
+        result.output,
+    )
+    assert said, result.output
+    second = "strftime({}(started_at) AT TIME ZONE 'UTC', '%Y-%m-%d %H:%M:%S')"
+    query = f"SELECT {second.format('min')} AS first, {second.format('max')} AS last FROM traces"
+    (starts,) = json.loads(run(runner, "sql", "--db", str(db), "--json", query).output)
+    assert said.groups() == (starts["first"], starts["last"])
 
 
 def test_real_tau2_simulations(runner, shared_data, tmp_path, db_path):

@@ -31,7 +31,7 @@ from array import array
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, time
 
 import duckdb
 
@@ -298,7 +298,8 @@ def matching_trace_ids(con: duckdb.DuckDBPyConnection, criteria: Criteria) -> li
 def unmatched_filters(con: duckdb.DuckDBPyConnection, criteria: Criteria, shown: int = 8) -> list[str]:
     """For a selection that matched nothing: each of --workload, --outcome and --model that alone
     matches no trace, with the values the store holds (the `shown` most common), so a misspelt
-    name says what to write instead.
+    name says what to write instead; and dates that match no trace, with the store's first and
+    last start.
 
     The workloads are the traces' own and those the last profile or analyze gave them, as
     `matching_trace_ids` reads them."""
@@ -334,7 +335,25 @@ def unmatched_filters(con: duckdb.DuckDBPyConnection, criteria: Criteria, shown:
         more = f" and {len(held) - shown} more" if len(held) > shown else ""
         given = " ".join(f"{option} {value}" for value in wanted)
         lines.append(f"{given} matches no trace; the store's {noun}: {listed or 'none'}{more}")
+    dates = {"since": criteria.since, "until": criteria.until}
+    if any(dates.values()) and not matching_trace_ids(con, Criteria(**dates)):
+        first, last = con.execute("SELECT min(started_at), max(started_at) FROM traces").fetchone()
+        given = " ".join(f"--{name} {_when(value)}" for name, value in dates.items() if value)
+        held = f"from {_when(first)} to {_when(last)}" if first else "at no recorded time"
+        lines.append(f"{given} matches no trace; the store's traces started {held}")
     return lines
+
+
+def _when(moment: datetime) -> str:
+    """A time as a person writes one: the date alone at midnight UTC, else to the second, in UTC.
+
+    >>> _when(datetime(2026, 11, 1, tzinfo=UTC)), _when(datetime(2025, 8, 1, 16, 20, 44, 298854, tzinfo=UTC))
+    ('2026-11-01', '2025-08-01 16:20:44 UTC')
+    """
+    moment = moment.astimezone(UTC)
+    if moment.time() == time():
+        return moment.date().isoformat()
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def resumed_elsewhere(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> set[str]:
