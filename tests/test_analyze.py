@@ -47,6 +47,25 @@ def analysed(tmp_path_factory):
     return db, out, result
 
 
+def test_a_poor_power_law_fit_says_the_shares_say_more(analysed):
+    """On ../shared/data the rank-size fit gave exponent 7.57 with R² 0.85: a few workloads
+    carrying the spend and test runs of $0.0001 in the tail. Under R² 0.9 the report says so."""
+    from traceforge.analysis.workloads import fit_power_law
+
+    _, out, result = analysed
+    summary = json.loads((out / "summary.json").read_text())
+    law = summary["spend"]["power_law"]
+    assert law["r_squared"] >= 0.9 and not law["poor_fit"]  # the samples' three workloads
+    assert "Power law: exponent" in result.output and "poor fit" not in result.output
+    summary["spend"]["power_law"] = fit_power_law([10.86, 2.13, 0.78, 0.0927, 1e-4, 1e-4, 4e-5, 3e-5])
+    buffer = io.StringIO()
+    render_report(Console(file=buffer, width=200, color_system=None), summary, "store.duckdb")
+    assert re.search(
+        r"exponent \d+\.\d\d \(R² 0\.8\d, [^)]*\): a poor fit, so the shares above say more",
+        buffer.getvalue(),
+    )
+
+
 def test_analyze_writes_every_output_consistent_with_the_store(analysed):
     db, out, _ = analysed
     summary = json.loads((out / "summary.json").read_text())

@@ -356,8 +356,10 @@ def fit_power_law(values: list[float]) -> dict[str, Any]:
     of fit is that regression's R². Needs at least 3 positive values.
 
     >>> fit = fit_power_law([100.0, 50.0, 100 / 3, 25.0])
-    >>> round(fit["alpha"], 6), round(fit["r_squared"], 6)
-    (1.0, 1.0)
+    >>> round(fit["alpha"], 6), round(fit["r_squared"], 6), fit["poor_fit"]
+    (1.0, 1.0, False)
+    >>> fit_power_law([10.86, 2.13, 0.78, 0.09, 1e-4, 1e-4, 5e-5, 4e-5])["poor_fit"]
+    True
     """
     method = "least squares on log(value) vs log(rank), ranks 1..n largest first"
     positive = sorted((v for v in values if v and v > 0), reverse=True)
@@ -380,7 +382,18 @@ def fit_power_law(values: list[float]) -> dict[str, Any]:
     ss_tot = sum((y - mean_y) ** 2 for y in ys)
     ss_res = sum((y - (intercept + slope * x)) ** 2 for x, y in zip(xs, ys, strict=True))
     r_squared = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
-    return {"alpha": -slope, "r_squared": r_squared, "n": n, "method": method}
+    return {
+        "alpha": -slope,
+        "r_squared": r_squared,
+        "n": n,
+        "method": method,
+        "poor_fit": r_squared < POOR_FIT_R_SQUARED,
+    }
+
+
+# Ranks make any decreasing values look straight-ish on a log-log plot: a rank-size fit's R² is
+# high even for spend that follows no power law, so under this one the exponent says little.
+POOR_FIT_R_SQUARED = 0.9
 
 
 def _dicts(cursor: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:

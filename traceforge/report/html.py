@@ -24,7 +24,7 @@ from traceforge.report.svg import (
     line_chart,
     stacked_bar_chart,
 )
-from traceforge.report.terminal import display_path, unpriced_text
+from traceforge.report.terminal import POOR_FIT_NOTE, display_path, unpriced_text
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'none'"
 CDF_POINTS = 120
@@ -199,7 +199,7 @@ def _spend(summary: dict[str, Any]) -> str:
     ]
     fit = (
         f"Power law: exponent {law['alpha']:.2f}, R² {law['r_squared']:.2f} over {law['n']} workloads "
-        f"({esc(law['method'])})."
+        f"({esc(law['method'])})" + (f": {POOR_FIT_NOTE}." if law.get("poor_fit") else ".")
         if law.get("alpha") is not None
         else "Too few workloads to fit a power law."
     )

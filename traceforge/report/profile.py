@@ -7,7 +7,14 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from traceforge.report.terminal import human, label_note, plural, print_table, workload_labels
+from traceforge.report.terminal import (
+    POOR_FIT_NOTE,
+    human,
+    label_note,
+    plural,
+    print_table,
+    workload_labels,
+)
 
 SHOWN_WORKLOADS = 5
 
@@ -60,7 +67,7 @@ def render_profile(console: Console, document: dict[str, Any], paths: dict[str, 
     if fit["alpha"] is not None:
         console.print(
             f"Power law: spend ∝ rank^-{fit['alpha']:.2f} (R² {fit['r_squared']:.2f}, n={fit['n']}; "
-            f"{fit['method']})"
+            f"{fit['method']})" + (f": {POOR_FIT_NOTE}" if fit.get("poor_fit") else "")
         )
     else:
         console.print(f"Power law: not fitted ({fit['note']})")

@@ -478,13 +478,17 @@ def _render_spend(console: Console, spend: dict[str, Any], labels: dict[str, str
     if law.get("alpha") is not None:
         console.print(
             f"Power law: exponent {law['alpha']:.2f} (R² {law['r_squared']:.2f}, rank-size fit over "
-            f"{plural(law['n'], 'workload')})."
+            f"{plural(law['n'], 'workload')})" + (f": {POOR_FIT_NOTE}." if law.get("poor_fit") else ".")
         )
     if spend.get("unpriced_models"):
         console.print(
             f"[yellow]No price for:[/] {unpriced_text(spend['unpriced_models'])} (pass --prices FILE; "
             "their calls are left out of the cost)."
         )
+
+
+# After a power law fitted with `poor_fit` (traceforge.analysis.workloads.POOR_FIT_R_SQUARED).
+POOR_FIT_NOTE = "a poor fit, so the shares above say more than the exponent"
 
 
 def unpriced_text(models: list[dict[str, Any]]) -> str:
