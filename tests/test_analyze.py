@@ -386,8 +386,9 @@ def test_a_long_trace_s_drawings_scroll_and_a_wide_one_keeps_its_labels_legible(
     """A 137-turn Claude Code session was drawn 6,000 pixels tall, and a parallel turn of many
     calls shrunk to fit half the page, its labels specks. Three traces: 40 calls in 20 dependent
     pairs (narrow and tall: side by side, scrolling together in one box), 30 independent calls
-    made one after another (a parallel row of 30: one drawing above the other, each scrolling,
-    sideways too, at no less than three quarters of its size), and 2 calls (left as they are)."""
+    made one after another (a parallel row of 30: one drawing above the other, each at its own width,
+    scrolling, the wide one sideways at no less than three quarters of its size), and 2 calls
+    (left as they are)."""
     from browser import Browser
 
     def run(prefix: str, arguments: list[dict], results: list[str], t0: int) -> list[dict]:
@@ -405,7 +406,13 @@ def test_a_long_trace_s_drawings_scroll_and_a_wide_one_keeps_its_labels_legible(
         [f"4 left; next store ST-{7000 + i}" for i in range(40)],
         1_790_000_000,
     )
-    independent = run("wide", [{"store": f"S-{i}"} for i in range(30)], ["4 left"] * 30, 1_790_100_000)
+    # and a 31st call needing the first's result: a parallel row of 30, then a row of one
+    independent = run(
+        "wide",
+        [{"store": f"S-{i}"} for i in range(30)] + [{"transfer_to": "WH-9911"}],
+        ["4 left; restock from WH-9911"] + ["4 left"] * 30,
+        1_790_100_000,
+    )
     short = run("short", [{"store": f"T-{i}"} for i in range(2)], ["1 left"] * 2, 1_790_200_000)
     write_jsonl(tmp_path / "logs" / "stock.jsonl", chained + independent + short)
     out = analyse_logs(runner, tmp_path)
@@ -418,7 +425,12 @@ def test_a_long_trace_s_drawings_scroll_and_a_wide_one_keeps_its_labels_legible(
             " height: pair.clientHeight, content: pair.scrollHeight,"
             " figures: Array.from(pair.querySelectorAll('figure')).map(f => ({"
             "   top: f.getBoundingClientRect().top, height: f.clientHeight, content: f.scrollHeight,"
-            "   sideways: f.scrollWidth > f.clientWidth})),"
+            "   sideways: f.scrollWidth > f.clientWidth,"
+            # each row's first box, from the figure's left edge
+            "   firsts: Object.values(Array.from(f.querySelectorAll('g.mark rect')).reduce((rows, r) => {"
+            "     const left = r.getBoundingClientRect().left - f.getBoundingClientRect().left;"
+            "     const y = r.getAttribute('y'); rows[y] = Math.min(rows[y] ?? Infinity, left);"
+            "     return rows; }, {})), width: f.clientWidth})),"
             " scales: Array.from(pair.querySelectorAll('svg[data-chart=dag]')).map(svg =>"
             "   svg.getBoundingClientRect().width / svg.viewBox.baseVal.width)}))"
         )
@@ -430,11 +442,16 @@ def test_a_long_trace_s_drawings_scroll_and_a_wide_one_keeps_its_labels_legible(
     assert chain["figures"][0]["top"] == chain["figures"][1]["top"]
     assert chain["height"] <= 720 < chain["content"]
     assert all(0.99 <= scale <= 1 for scale in chain["scales"])  # 2 boxes a row: full size
-    # wide: one above the other, the 30 rows of the observed one scrolling within 720 pixels
+    # wide: one above the other, the 30 rows of the observed one scrolling within 720 pixels at
+    # its own width, the parallel row of 30 scrolling sideways
     assert wide["figures"][0]["top"] < wide["figures"][1]["top"]
     assert wide["figures"][0]["height"] <= 720 < wide["figures"][0]["content"]
-    assert [figure["sideways"] for figure in wide["figures"]] == [True, True]
-    assert all(0.75 - 0.01 <= scale <= 1 for scale in wide["scales"])
+    assert [figure["sideways"] for figure in wide["figures"]] == [False, True]
+    assert wide["scales"][0] == 1 and 0.75 - 0.01 <= wide["scales"][1] < 1
+    # rows packed from the left: the lone call of the parallel drawing's second row is in view,
+    # not at the middle of a drawing 30 boxes wide
+    parallel = wide["figures"][1]
+    assert len(parallel["firsts"]) == 2 and max(parallel["firsts"]) < parallel["width"] / 4, parallel
     # short and narrow: as it was, but never blown up past its size
     assert small["height"] == small["content"] and not any(f["sideways"] for f in small["figures"])
     assert small["figures"][0]["top"] == small["figures"][1]["top"]

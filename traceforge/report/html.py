@@ -16,6 +16,7 @@ from traceforge.analysis.summary import cached_text
 from traceforge.export.profile import Profile
 from traceforge.files import replace_text
 from traceforge.report.svg import (
+    DAG_BOX_SLOT,
     DAG_LEAST_SCALE,
     PALETTE,
     bar_chart,
@@ -28,7 +29,6 @@ from traceforge.report.terminal import POOR_FIT_NOTE, display_path, unpriced_tex
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'none'"
 CDF_POINTS = 120
-DAG_BOX_SLOT = 130  # horizontal room per call in a DAG drawing
 DAG_ROWS_SHOWN = 16  # a longer trace's drawings scroll in a box of about this many turns
 DAG_HALF_PAGE = 498  # pixels for a drawing beside another: half of main's 1,052, less gap and padding
 
@@ -289,11 +289,17 @@ def _dag_pair(drawing: dict[str, Any]) -> str:
     edges = list(dict.fromkeys((e["src"], e["dst"]) for e in drawing["edges"]))  # a line per pair
     title = f"trace {drawing['trace_id']}"
     observed_levels, parallel_levels = levels("observed_turn"), levels("parallel_turn")
-    # One width for both drawings, so a box is the same size on each side.
     widest = max(len(level) for level in observed_levels + parallel_levels) if calls else 1
     width = DAG_BOX_SLOT * widest + 50
-    observed = dag_diagram(observed_levels, edges, title=f"{title}: observed", width=width)
-    parallel = dag_diagram(parallel_levels, edges, title=f"{title}: parallel", width=width)
+    # Side by side while both fit half the page at a legible size, at one width so that a box is
+    # the same size on each side; wider, one above the other, each at its own width (the observed
+    # run, a call or two a row, is not spread over the width of a parallel turn of twenty).
+    side_by_side = width * DAG_LEAST_SCALE <= DAG_HALF_PAGE
+    shared = width if side_by_side else 0
+    packed = not side_by_side
+    observed = dag_diagram(observed_levels, edges, title=f"{title}: observed", width=shared, packed=packed)
+    parallel = dag_diagram(parallel_levels, edges, title=f"{title}: parallel", width=shared, packed=packed)
+    layout = "pair" if side_by_side else "pair stacked"
     heading = (
         f"<h3>Trace <code>{esc(drawing['trace_id'])}</code>: {drawing['observed_turns']} turns observed, "
         f"{drawing['min_turns']} needed</h3>"
@@ -304,8 +310,6 @@ def _dag_pair(drawing: dict[str, Any]) -> str:
         "other path implies, as traceforge dag TRACE_ID lists them."
     )
     tall = max(len(observed_levels), len(parallel_levels)) > DAG_ROWS_SHOWN
-    # side by side while both fit half the page at a legible size; wider, one above the other
-    layout = "pair" if width * DAG_LEAST_SCALE <= DAG_HALF_PAGE else "pair stacked"
     if not tall:
         return (
             heading

@@ -272,6 +272,7 @@ def line_chart(
 
 
 DAG_LEAST_SCALE = 0.75
+DAG_BOX_SLOT = 130  # horizontal room per call in a DAG drawing
 
 
 def dag_diagram(
@@ -280,14 +281,17 @@ def dag_diagram(
     *,
     title: str,
     width: int = 300,
+    packed: bool = False,
 ) -> str:
     """A layered drawing: `levels` are the turns (each a list of (node id, label)); `edges` are
-    (from id, to id). Observed schedule and parallel schedule are drawn with the same function."""
+    (from id, to id). Observed schedule and parallel schedule are drawn with the same function.
+    `packed`: each row's boxes side by side from the left, rather than spread over the width, so a
+    drawing that scrolls sideways shows every row's first calls, none in a row left of view."""
     if not levels:
         return empty_chart(title)
     row_h, box_h, top = 44, 26, 8
     widest = max(len(level) for level in levels)
-    width = max(width, 130 * widest + 50)  # room for every box of the widest turn
+    width = max(width, DAG_BOX_SLOT * widest + 50)  # room for every box of the widest turn
     height = top + row_h * len(levels) + 4
     position: dict[str, tuple[float, float]] = {}
     # Never drawn larger than life, nor shrunk below DAG_LEAST_SCALE (its labels would be specks):
@@ -298,7 +302,7 @@ def dag_diagram(
     for depth, level in enumerate(levels):
         y = top + depth * row_h
         out.append(f'<text x="2" y="{y + 17}" fill="#888">{depth + 1}</text>')
-        slot = (width - 30) / max(len(level), 1)
+        slot = DAG_BOX_SLOT if packed else (width - 30) / max(len(level), 1)
         for i, (node, _label) in enumerate(level):
             position[node] = (30 + slot * i + slot / 2, y)
     for src, dst in edges:
