@@ -320,8 +320,8 @@ def _dag_pair(drawing: dict[str, Any]) -> str:
         )
     # A long trace's drawings are thousands of pixels tall: they scroll in a box (side by side, one
     # box for both, so they scroll together), their captions above it rather than at its far end.
-    where = ("Left", "Right") if layout == "pair" else ("Above", "Below")
-    together = "the two drawings scroll together" if layout == "pair" else "each drawing scrolls"
+    where = ("Left", "Right") if side_by_side else ("Above", "Below")
+    together = "the two drawings scroll together" if side_by_side else "each drawing scrolls"
     return (
         heading + f'<p class="meta">{where[0]}: {esc(observed_caption)} {where[1]}: {esc(parallel_caption)} '
         f"{max(len(observed_levels), len(parallel_levels))} rows: {together}.</p>"
