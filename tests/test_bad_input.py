@@ -282,6 +282,53 @@ def test_every_damage_gives_data_or_a_reason_and_the_accounting_holds(runner, tm
         con.close()
 
 
+def test_a_file_compressed_other_than_with_gzip_says_how_to_unpack_it(runner, tmp_path):
+    """A zstd log read as text failed as "not JSON or JSON Lines (Expecting value...)", which says
+    nothing of why. Real bzip2, xz and zip files (the standard library's) and a zstd frame's
+    magic: each fails with its compression and the command that unpacks it, the reason kept in
+    `rejects`, and the gateway log beside them is read."""
+    import bz2
+    import lzma
+    import zipfile
+
+    loop = OpenAILoop("You look up orders.", "where is order 7?", workload="orders")
+    loop.call(tool_calls=[openai_tool_call("call_0", "get_order", {"order_id": "O-7"})])
+    loop.result("call_0", "shipped")
+    loop.call(content="It shipped.")
+    logs = tmp_path / "logs"
+    write_jsonl(logs / "gateway.jsonl", loop.records)
+    text = (logs / "gateway.jsonl").read_bytes()
+    (logs / "gateway-1.jsonl.bz2").write_bytes(bz2.compress(text))
+    (logs / "gateway-2.jsonl.xz").write_bytes(lzma.compress(text))
+    with zipfile.ZipFile(logs / "gateway-3.zip", "w") as archive:
+        archive.writestr("gateway.jsonl", text)
+    (logs / "gateway 4.jsonl.zst").write_bytes(b"\x28\xb5\x2f\xfd" + bytes(range(64)))
+    db = tmp_path / "store.duckdb"
+
+    report = reports_by_name(ingest_json(runner, [logs], db))
+
+    assert report["gateway.jsonl"]["status"] == "new" and report["gateway.jsonl"]["traces"] == 1
+    said = {
+        "gateway-1.jsonl.bz2": "compressed with bzip2, which traceforge does not read (plain and gzip "
+        "files only): unpack it (bunzip2 gateway-1.jsonl.bz2) and ingest what it gives",
+        "gateway-2.jsonl.xz": "compressed with xz, which traceforge does not read (plain and gzip files "
+        "only): unpack it (unxz gateway-2.jsonl.xz) and ingest what it gives",
+        "gateway-3.zip": "a zip archive, which traceforge does not read (plain and gzip files only): "
+        "unpack it (unzip gateway-3.zip) and ingest what it gives",
+        "gateway 4.jsonl.zst": "compressed with zstd, which traceforge does not read (plain and gzip "
+        "files only): unpack it (zstd -d 'gateway 4.jsonl.zst') and ingest what it gives",
+    }
+    for name, message in said.items():
+        assert report[name]["status"] == "failed" and report[name]["message"] == message, report[name]
+    con = store.connect(db, read_only=True)
+    try:
+        assert_accounting(con)
+        for name, message in said.items():
+            assert _reasons(con, logs / name) == [message]
+    finally:
+        con.close()
+
+
 def _reasons(con, path: Path) -> list[str]:
     return [
         r[0] for r in con.execute("SELECT error FROM rejects WHERE source_path = ?", [str(path)]).fetchall()

@@ -18,6 +18,7 @@ import hashlib
 import io
 import json
 import os
+import shlex
 import sys
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -29,6 +30,16 @@ from traceforge.ingest.values import MAX_NESTING, nesting_exceeds, parse_json
 from traceforge.model import Reject
 
 GZIP_MAGIC = b"\x1f\x8b"
+# Other archives and compressions a log shipper or an export may write, by their magic bytes:
+# (name, the command that unpacks one). traceforge reads plain and gzip files.
+OTHER_COMPRESSIONS = (
+    (b"\x28\xb5\x2f\xfd", "zstd", "zstd -d FILE"),
+    (b"BZh", "bzip2", "bunzip2 FILE"),
+    (b"\xfd7zXZ\x00", "xz", "unxz FILE"),
+    (b"\x04\x22\x4d\x18", "lz4", "lz4 -d FILE"),
+    (b"PK\x03\x04", "a zip archive", "unzip FILE"),
+    (b"7z\xbc\xaf\x27\x1c", "a 7-Zip archive", "7z x FILE"),
+)
 # Deflate expands at most 1,032 times (zlib's technical details): a gzip trailer saying more than
 # that of the whole file is not a trailer but the last bytes of a cut or damaged file.
 DEFLATE_MAX_RATIO = 1032
@@ -140,12 +151,25 @@ def changed_since_ingest(path: Path, sha256: str | None) -> tuple[str, str] | No
     return None if current == sha256 else ("changed", "")
 
 
+def refuse_other_compression(head: bytes, path: Path) -> None:
+    """Raise SourceError naming the compression that a file's first bytes show, other than gzip,
+    and how to unpack it: read as text, a zstd log failed as "not JSON", which says nothing of why."""
+    for magic, name, command in OTHER_COMPRESSIONS:
+        if head.startswith(magic):
+            compressed = name if name.startswith("a ") else f"compressed with {name}"
+            raise SourceError(
+                f"{compressed}, which traceforge does not read (plain and gzip files only): unpack it "
+                f"({command.replace('FILE', shlex.quote(path.name))}) and ingest what it gives"
+            )
+
+
 def load(path: Path, sha256: str | None = None) -> SourceFile:
     """Read `path`, decompressing gzip content. Raises SourceError for a corrupt archive."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise SourceError(f"cannot read the file: {exc.strerror or exc}") from exc
+    refuse_other_compression(raw[:8], path)
     digest = sha256 or hashlib.sha256(raw).hexdigest()
     compressed = raw[:2] == GZIP_MAGIC
     data = raw

@@ -44,6 +44,7 @@ from traceforge.ingest.sources import (
     csv_table,
     json_error,
     read_records,
+    refuse_other_compression,
 )
 from traceforge.ingest.values import MAX_NESTING, NestingError, nesting_exceeds, parse_json_at
 from traceforge.model import ParseResult, Reject, Trace
@@ -109,7 +110,9 @@ def open_records(
         raise SourceError(f"cannot read the file: {exc.strerror or exc}") from exc
     try:
         size = path.stat().st_size
-        compressed = handle.read(2) == GZIP_MAGIC
+        head = handle.read(8)
+        refuse_other_compression(head, path)
+        compressed = head[:2] == GZIP_MAGIC
         handle.seek(0)
         stream: BinaryIO = gzip.GzipFile(fileobj=handle) if compressed else handle
         first, layout = _first_chunk(stream)
