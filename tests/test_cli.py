@@ -118,6 +118,16 @@ def test_bad_usage_exits_2_and_missing_paths_exit_1(runner, tmp_path):
     assert runner.invoke(cli, ["ingest", str(tmp_path), "--format", "nonsense"]).exit_code == 2
     missing = runner.invoke(cli, ["ingest", str(tmp_path / "nope"), "--db", str(tmp_path / "s.duckdb")])
     assert missing.exit_code == 1 and "no such file or folder" in missing.output
+    # a folder with nothing to read: said, not "Ingested 0 files" and "no traces to analyse"
+    empty = tmp_path / "empty"
+    (empty / "sub").mkdir(parents=True)
+    (empty / "README.md").write_text("# notes")
+    (empty / ".hidden.jsonl").write_text("{}\n")
+    for command in ("ingest", "analyze"):
+        nothing = runner.invoke(cli, [command, str(empty), "--db", str(tmp_path / "e.duckdb")])
+        assert nothing.exit_code == 1, nothing.output
+        assert f"error: {empty}: the folder holds no file to read (hidden files and " in nothing.output
+        assert ".md" in nothing.output and "no traces to analyse" not in nothing.output
 
 
 def test_forced_format_applies_to_every_file(runner, tmp_path):

@@ -99,6 +99,7 @@ def expand_paths(paths: list[str | Path]) -> tuple[list[Path], list[str]]:
         if path.is_file():
             add(path)
         elif path.is_dir():
+            before = len(found)
             for root, dirs, files in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 for name in sorted(files):
@@ -106,6 +107,11 @@ def expand_paths(paths: list[str | Path]) -> tuple[list[Path], list[str]]:
                     if name.startswith(".") or candidate.suffix.lower() in IGNORED_SUFFIXES:
                         continue
                     add(candidate)
+            if len(found) == before:
+                problems.append(
+                    f"{text}: the folder holds no file to read (hidden files and "
+                    f"{', '.join(sorted(IGNORED_SUFFIXES))} files are left out)"
+                )
         elif glob.has_magic(text):
             matches = [Path(m) for m in sorted(glob.glob(os.path.expanduser(text), recursive=True))]
             files = [m for m in matches if m.is_file()]
