@@ -64,6 +64,19 @@ def test_a_poor_power_law_fit_says_the_shares_say_more(analysed):
         r"exponent \d+\.\d\d \(R² 0\.8\d, [^)]*\): a poor fit, so the shares above say more",
         buffer.getvalue(),
     )
+    # the HTML report's spend section and `traceforge profile` say it too
+    from traceforge.report.html import _spend
+    from traceforge.report.profile import render_profile
+
+    assert "): a poor fit, so the shares above say more than the exponent.</p>" in _spend(summary)
+    document = json.loads((out / "profile.json").read_text())
+    document["spend"]["power_law"] = summary["spend"]["power_law"]
+    buffer = io.StringIO()
+    render_profile(Console(file=buffer, width=300, color_system=None), document, {})
+    assert re.search(
+        r"Power law: spend ∝ rank\^-\d+\.\d\d \(R² 0\.8\d, n=8; [^\n]*largest first\): a poor fit",
+        buffer.getvalue(),
+    )
 
 
 def test_analyze_writes_every_output_consistent_with_the_store(analysed):

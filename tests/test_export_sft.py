@@ -8,6 +8,7 @@ import re
 import shutil
 from pathlib import Path
 
+import duckdb
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -16,6 +17,7 @@ from export_helpers import openai_conversations, store_messages
 
 from traceforge import store
 from traceforge.cli import cli
+from traceforge.export.selection import Criteria, unmatched_filters
 
 
 def run(runner, *args: str):
@@ -329,6 +331,24 @@ def test_nothing_selected_exits_1_and_says_what_the_store_holds(runner, db, tmp_
     query = f"SELECT {second.format('min')} AS first, {second.format('max')} AS last FROM traces"
     (starts,) = json.loads(run(runner, "sql", "--db", str(db), "--json", query).output)
     assert said.groups() == (starts["first"], starts["last"])
+    # an outcome no trace has, named with those the store holds
+    with duckdb.connect(str(db)) as con:
+        con.execute("UPDATE traces SET outcome = 'success'")
+    result = run(runner, "export", "sft", "--db", str(db), "--out", out, "--outcome", "failure")
+    assert result.exit_code == 1
+    traces = sum(w["n"] for w in held)
+    assert (
+        f"--outcome failure matches no trace; the store's outcomes: success ({traces} traces)\n"
+        in result.output
+    )
+    # past the `shown` most common, how many more
+    with duckdb.connect(str(db), read_only=True) as con:
+        (line,) = unmatched_filters(con, Criteria(workloads=("nope",)), shown=1)
+    top = expected[0]
+    assert line == (
+        f"--workload nope matches no trace; the store's workloads: {top['workload']} ({top['n']} traces) "
+        f"and {len(expected) - 1} more"
+    )
 
 
 def test_real_tau2_simulations(runner, shared_data, tmp_path, db_path):

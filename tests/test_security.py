@@ -41,6 +41,7 @@ PASTED_INTO_SQL = {
     ("export/pipeline.py", "selected"): "a SQL fragment written in the code (its ids are bound)",
     ("export/selection.py", "patterns"): "'c.model GLOB ?' once per model: placeholders",
     ("export/selection.py", "', '.join('?' * len(criteria.outcomes))"): "placeholders",
+    ("export/selection.py", "where"): "_matching's conditions, written in the code (values bound)",
     ("analysis/dag.py", "pending"): "a condition written in the code (its values are bound)",
     ("analysis/batches.py", "main"): "a table name from the callers' code (deps.ROW_TABLES...)",
     ("analysis/batches.py", "table"): "table names from the callers' code",

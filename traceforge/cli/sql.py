@@ -12,7 +12,7 @@ import click
 from traceforge import store
 from traceforge.cli import cli
 from traceforge.cli.options import db_option, stdout
-from traceforge.report.terminal import render_query_result
+from traceforge.report.terminal import render_query_result, sql_text
 
 
 def shell_binary() -> str | None:
@@ -76,13 +76,8 @@ def sql(query, db, as_json, as_csv):
     elif as_csv:
         writer = csv.writer(sys.stdout, lineterminator="\n")  # as DuckDB's shell; no \r in $(...)
         writer.writerow(columns)
-        writer.writerows([[_sql_text(v) if isinstance(v, bool) else v for v in row] for row in rows])
+        writer.writerows([[sql_text(v) if isinstance(v, bool) else v for v in row] for row in rows])
     else:
         console = stdout()
         fits = console.is_terminal or "COLUMNS" in os.environ  # piped: every column, as wide as needed
         render_query_result(console, columns, rows, console.width if fits else None)
-
-
-def _sql_text(value: bool) -> str:
-    """A boolean as SQL and DuckDB's shell write it: `true`, not Python's `True`."""
-    return "true" if value else "false"

@@ -263,7 +263,20 @@ class Selection:
 
 def matching_trace_ids(con: duckdb.DuckDBPyConnection, criteria: Criteria) -> list[str]:
     """Trace ids that match the criteria, oldest first (then by id)."""
-    where, params = [], []
+    where, params = _matching(criteria)
+    sql = f"SELECT t.trace_id FROM traces t WHERE {where} ORDER BY t.started_at NULLS LAST, t.trace_id"
+    return [row[0] for row in con.execute(sql, params).fetchall()]
+
+
+def any_trace_matches(con: duckdb.DuckDBPyConnection, criteria: Criteria) -> bool:
+    """Whether a trace matches the criteria, without reading which."""
+    where, params = _matching(criteria)
+    return con.execute(f"SELECT EXISTS (SELECT 1 FROM traces t WHERE {where})", params).fetchone()[0]
+
+
+def _matching(criteria: Criteria) -> tuple[str, list]:
+    """The WHERE condition on `traces t` that the criteria make, and its parameters."""
+    where, params = ["true"], []
     if criteria.workloads:
         # A workload by the trace's own name or by the one the last profile / analyze gave it under
         # its workload key (the names its report printed).
@@ -288,11 +301,7 @@ def matching_trace_ids(con: duckdb.DuckDBPyConnection, criteria: Criteria) -> li
     if criteria.min_tool_calls > 0:
         where.append("(SELECT count(*) FROM tool_calls tc WHERE tc.trace_id = t.trace_id) >= ?")
         params.append(criteria.min_tool_calls)
-    sql = "SELECT t.trace_id FROM traces t"
-    if where:
-        sql += " WHERE " + " AND ".join(where)
-    sql += " ORDER BY t.started_at NULLS LAST, t.trace_id"
-    return [row[0] for row in con.execute(sql, params).fetchall()]
+    return " AND ".join(where), params
 
 
 def unmatched_filters(con: duckdb.DuckDBPyConnection, criteria: Criteria, shown: int = 8) -> list[str]:
@@ -302,7 +311,7 @@ def unmatched_filters(con: duckdb.DuckDBPyConnection, criteria: Criteria, shown:
     last start.
 
     The workloads are the traces' own and those the last profile or analyze gave them, as
-    `matching_trace_ids` reads them."""
+    `_matching` reads them."""
     lines = []
     checks = [
         (
@@ -328,7 +337,7 @@ def unmatched_filters(con: duckdb.DuckDBPyConnection, criteria: Criteria, shown:
         ),
     ]
     for option, wanted, noun, query in checks:
-        if not wanted or matching_trace_ids(con, Criteria(**{noun: wanted})):
+        if not wanted or any_trace_matches(con, Criteria(**{noun: wanted})):
             continue
         held = con.execute(query).fetchall()
         listed = ", ".join(f"{value} ({count} trace{'s' * (count != 1)})" for value, count in held[:shown])
@@ -336,7 +345,7 @@ def unmatched_filters(con: duckdb.DuckDBPyConnection, criteria: Criteria, shown:
         given = " ".join(f"{option} {value}" for value in wanted)
         lines.append(f"{given} matches no trace; the store's {noun}: {listed or 'none'}{more}")
     dates = {"since": criteria.since, "until": criteria.until}
-    if any(dates.values()) and not matching_trace_ids(con, Criteria(**dates)):
+    if any(dates.values()) and not any_trace_matches(con, Criteria(**dates)):
         first, last = con.execute("SELECT min(started_at), max(started_at) FROM traces").fetchone()
         given = " ".join(f"--{name} {_when(value)}" for name, value in dates.items() if value)
         held = f"from {_when(first)} to {_when(last)}" if first else "at no recorded time"

@@ -110,11 +110,7 @@ def open_records(
         raise SourceError(f"cannot read the file: {exc.strerror or exc}") from exc
     try:
         size = path.stat().st_size
-        head = handle.read(8)
-        refuse_other_compression(head, path)
-        compressed = head[:2] == GZIP_MAGIC
-        handle.seek(0)
-        stream: BinaryIO = gzip.GzipFile(fileobj=handle) if compressed else handle
+        stream, compressed = _decompressed(handle, path)
         first, layout = _first_chunk(stream)
         complete = len(first) < CHUNK_BYTES  # the whole content is in the first chunk
         filtered = lines is not None or holding is not None
@@ -142,16 +138,23 @@ def open_records(
     return opened
 
 
+def _decompressed(handle: BinaryIO, path: Path) -> tuple[BinaryIO, bool]:
+    """The file's content as a stream, gunzipped where it is gzip, and whether it was; raises
+    SourceError for another compression (`sources.refuse_other_compression`)."""
+    head = handle.read(8)
+    handle.seek(0)
+    refuse_other_compression(head, path)
+    compressed = head[:2] == GZIP_MAGIC
+    return (gzip.GzipFile(fileobj=handle) if compressed else handle), compressed
+
+
 def streams_in_chunks(path: Path) -> bool:
     """Whether `open_records` reads `path` in chunks: JSON Lines, or, bigger than a chunk, a JSON
     array of objects or arrays or a CSV table (decided from its first chunk, as `open_records`
     decides)."""
     try:
         with open(path, "rb") as handle:
-            compressed = handle.read(2) == GZIP_MAGIC
-            handle.seek(0)
-            stream: BinaryIO = gzip.GzipFile(fileobj=handle) if compressed else handle
-            return _first_chunk(stream)[1] != WHOLE
+            return _first_chunk(_decompressed(handle, path)[0])[1] != WHOLE
     except (OSError, SourceError):
         return False
 

@@ -295,8 +295,7 @@ def _dag_pair(drawing: dict[str, Any]) -> str:
     # the same size on each side; wider, one above the other, each at its own width (the observed
     # run, a call or two a row, is not spread over the width of a parallel turn of twenty).
     side_by_side = width * DAG_LEAST_SCALE <= DAG_HALF_PAGE
-    shared = width if side_by_side else 0
-    packed = not side_by_side
+    shared, packed = (width, False) if side_by_side else (0, True)  # 0: as wide as its own rows
     observed = dag_diagram(observed_levels, edges, title=f"{title}: observed", width=shared, packed=packed)
     parallel = dag_diagram(parallel_levels, edges, title=f"{title}: parallel", width=shared, packed=packed)
     layout = "pair" if side_by_side else "pair stacked"

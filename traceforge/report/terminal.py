@@ -402,9 +402,18 @@ def _cell_text(value: Any) -> str:
     """A value as DuckDB's shell shows it: NULL, true and false, and on one line."""
     if value is None:
         return "NULL"
+    return _one_line(sql_text(value))
+
+
+def sql_text(value: Any) -> str:
+    """A value as SQL and DuckDB's shell write it: a boolean `true` or `false`, not Python's `True`.
+
+    >>> sql_text(True), sql_text(1.5)
+    ('true', '1.5')
+    """
     if isinstance(value, bool):
         return "true" if value else "false"
-    return _one_line(str(value))
+    return str(value)
 
 
 _LINE_BREAKS = str.maketrans({"\n": "\\n", "\r": "\\r", "\t": "\\t"})
