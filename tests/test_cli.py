@@ -128,6 +128,14 @@ def test_bad_usage_exits_2_and_missing_paths_exit_1(runner, tmp_path):
         assert nothing.exit_code == 1, nothing.output
         assert f"error: {empty}: the folder holds no file to read (hidden files and " in nothing.output
         assert ".md" in nothing.output and "no traces to analyse" not in nothing.output
+    # ...and neither a missing path nor an empty folder leaves an empty store behind
+    assert not (tmp_path / "s.duckdb").exists() and not (tmp_path / "e.duckdb").exists()
+    # an existing store is still opened: the run says what it holds
+    good = logs(tmp_path, n=1)
+    assert runner.invoke(cli, ["ingest", str(good), "--db", str(tmp_path / "e.duckdb")]).exit_code == 0
+    again = runner.invoke(cli, ["ingest", str(empty), str(good), "--db", str(tmp_path / "e.duckdb"), "-v"])
+    assert again.exit_code == 0 and "unchanged" in again.output
+    assert "folder holds no file to read" in again.output
 
 
 def test_forced_format_applies_to_every_file(runner, tmp_path):

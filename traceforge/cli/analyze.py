@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
@@ -63,6 +64,8 @@ def analyze(paths, db, out, workload_key, mode, config_path, prices, fmt, strict
     price_table = prices_from(prices)
     report = run_ingest(paths, db, fmt)
     render_ingest(stderr(), report)
+    if not report.files and not Path(db).exists():
+        exit_for(report, strict)  # nothing found to read, and no store: exits 1
     con = store.connect(db)
     try:
         if not con.execute("SELECT count(*) FROM traces").fetchall()[0][0]:

@@ -4,6 +4,7 @@ import functools
 import json
 import sys
 from dataclasses import asdict
+from pathlib import Path
 
 import click
 
@@ -18,6 +19,7 @@ from traceforge.cli.options import (
     strict_option,
 )
 from traceforge.ingest import IngestReport, ingest_paths
+from traceforge.ingest.sources import expand_paths
 from traceforge.report.terminal import render_big_file, render_ingest
 
 
@@ -69,12 +71,16 @@ def ingest(paths, db, fmt, strict, as_json, verbose):
 
 
 def run_ingest(paths, db, fmt) -> IngestReport:
+    """Ingest `paths` into the store at `db`; a run that finds no file to read creates no store."""
+    files, problems = expand_paths(list(paths))
+    if not files and not Path(db).exists():
+        return IngestReport(problems=problems)
     con = store.connect(db)
     try:
         with FileProgress() as progress:
-            return ingest_paths(
+            report = ingest_paths(
                 con,
-                list(paths),
+                files,
                 fmt=fmt,
                 on_file=progress.on_file,
                 on_big_file=functools.partial(render_big_file, stderr()),
@@ -82,6 +88,8 @@ def run_ingest(paths, db, fmt) -> IngestReport:
             )
     finally:
         con.close()
+    report.problems[:0] = problems
+    return report
 
 
 def exit_for(report: IngestReport, strict: bool) -> None:
