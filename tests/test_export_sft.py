@@ -305,6 +305,8 @@ def test_nothing_selected_exits_1_and_says_what_the_store_holds(runner, db, tmp_
     result = run(runner, "export", "sft", "--db", str(db), "--out", out, "--workload", "nope")
     assert result.exit_code == 1
     assert "No rows written" in result.output
+    assert f"wrote no rows: {out}/ left as it was" in result.output and "Dataset card" not in result.output
+    assert not Path(out).exists()  # no folder holding an empty dataset's card
     listed = re.search(r"--workload nope matches no trace; the store's workloads: (.*)\n", result.output)
     assert listed, result.output
     expected = sorted(held, key=lambda w: (-w["n"], w["workload"]))
@@ -341,6 +343,13 @@ def test_nothing_selected_exits_1_and_says_what_the_store_holds(runner, db, tmp_
         f"--outcome failure matches no trace; the store's outcomes: success ({traces} traces)\n"
         in result.output
     )
+    # a rerun into a folder that holds an export leaves it as it was: the old rows are not wiped
+    assert run(runner, "export", "sft", "--db", str(db), "--out", out).exit_code == 0
+    before = {p: p.read_bytes() for p in Path(out).rglob("*") if p.is_file()}
+    assert any(p.suffix == ".parquet" for p in before)
+    result = run(runner, "export", "sft", "--db", str(db), "--out", out, "--outcome", "failure")
+    assert result.exit_code == 1 and "left as it was" in result.output
+    assert {p: p.read_bytes() for p in Path(out).rglob("*") if p.is_file()} == before
     # past the `shown` most common, how many more
     with duckdb.connect(str(db), read_only=True) as con:
         (line,) = unmatched_filters(con, Criteria(workloads=("nope",)), shown=1)

@@ -128,7 +128,8 @@ class ConfigWriter:
 
     The files are written under `.traceforge-partial/` in the folder; `commit` puts them in place
     of the config's old files and updates the manifest and card. Leaving the block without a
-    commit (an error, an interrupt) removes them and leaves the config as it was. The folder is
+    commit (an error, an interrupt, no rows) removes them and leaves the config as it was, and
+    the folder too where the block made it. The folder is
     held (`writing`) for the whole block: a second export or a push into it is refused meanwhile.
     """
 
@@ -155,6 +156,7 @@ class ConfigWriter:
 
     def __enter__(self) -> ConfigWriter:
         _not_a_file(self.folder)
+        self._created = not self.folder.exists()
         self.folder.mkdir(parents=True, exist_ok=True)
         with contextlib.ExitStack() as stack:
             stack.enter_context(writing(self.folder))
@@ -174,6 +176,8 @@ class ConfigWriter:
             shutil.rmtree(self.partial, ignore_errors=True)
             with contextlib.suppress(OSError):  # other configs' files, of exports killed before
                 (self.folder / PARTIAL).rmdir()
+                if self._created:  # a folder this export made, for nothing
+                    self.folder.rmdir()
 
     def add(self, split: str, row: dict[str, Any], size: int) -> None:
         """Write `row` to `split`; `size`: roughly its bytes (the batches of rows converted

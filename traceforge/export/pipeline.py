@@ -161,7 +161,9 @@ def export(
                 "traces": used.redacted,
             },
         }
-        files = writer.commit(entry, options.license)
+        # No rows: the folder is left as it was, its config of this kind (if any) and card kept,
+        # rather than replaced by an empty one (a misspelt filter would wipe a dataset).
+        files = writer.commit(entry, options.license) if writer.rows else []
     return ExportReport(
         kind=options.kind,
         config=options.config,

@@ -25,10 +25,14 @@ def render_export(console: Console, report: ExportReport) -> None:
         if report.later_contexts
         else ""
     )
-    console.print(
-        f"[bold]{report.kind}[/]: {report.matched} traces matched, {report.selected} usable{contexts}; "
-        f"wrote {rows} to {display_path(str(report.out))}/{report.config}/"
+    out = display_path(str(report.out))
+    wrote = (
+        f"wrote {rows} to {out}/{report.config}/"
+        if report.total_rows
+        else f"wrote no rows: {out}/ left as it was"
     )
+    matched = f"{report.matched} traces matched, {report.selected} usable{contexts}"
+    console.print(f"[bold]{report.kind}[/]: {matched}; {wrote}")
     _reasons(console, "Dropped whole, never truncated", report.dropped, DROP_REASONS)
     _reasons(console, "Left out of this export", report.left_out, LEFT_OUT_REASONS)
     if report.user_tool_calls_removed:
@@ -45,6 +49,8 @@ def render_export(console: Console, report: ExportReport) -> None:
             f"({turns['saved']} LLM round trips saved); "
             f"{turns['thoughts_dropped']} interleaved texts dropped."
         )
+    if not report.total_rows:
+        return
     if report.redaction["enabled"]:
         counts = report.redaction["counts"]
         if counts:
