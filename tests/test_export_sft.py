@@ -14,10 +14,12 @@ import pytest
 import yaml
 from datasets import Json, load_dataset
 from export_helpers import openai_conversations, store_messages
+from rich.console import Console
 
 from traceforge import store
 from traceforge.cli import cli
 from traceforge.export.selection import Criteria, unmatched_filters
+from traceforge.report.datasets import render_unmatched
 
 
 def run(runner, *args: str):
@@ -352,9 +354,11 @@ def test_nothing_selected_exits_1_and_says_what_the_store_holds(runner, db, tmp_
     assert {p: p.read_bytes() for p in Path(out).rglob("*") if p.is_file()} == before
     # past the `shown` most common, how many more
     with duckdb.connect(str(db), read_only=True) as con:
-        (line,) = unmatched_filters(con, Criteria(workloads=("nope",)), shown=1)
+        unmatched = unmatched_filters(con, Criteria(workloads=("nope",)))
+    console = Console(record=True, width=1000)
+    render_unmatched(console, unmatched, shown=1)
     top = expected[0]
-    assert line == (
+    assert console.export_text().rstrip("\n") == (
         f"--workload nope matches no trace; the store's workloads: {top['workload']} ({top['n']} traces) "
         f"and {len(expected) - 1} more"
     )

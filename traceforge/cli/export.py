@@ -202,12 +202,12 @@ def export(
         render_unfinished(stderr(), unfinished_files(con))
         with TraceProgress(f"exporting {kind}") as on_progress:
             report = run_export(con, options, on_progress)
-        hints = unmatched_filters(con, criteria) if not report.matched else []
+        unmatched = unmatched_filters(con, criteria) if not report.matched else []
     except (ExportError, FolderError) as exc:
         raise click.ClickException(str(exc)) from exc
     finally:
         con.close()
-    from traceforge.report.datasets import render_export, render_push
+    from traceforge.report.datasets import render_export, render_push, render_unmatched
 
     if not as_json:
         render_export(stdout(), report)
@@ -219,8 +219,7 @@ def export(
         click.echo(json.dumps(payload, indent=2))
     elif pushed is not None:
         render_push(stdout(), pushed)
-    for hint in hints:
-        stderr().print(hint, highlight=False)
+    render_unmatched(stderr(), unmatched)
     if not report.total_rows:
         stderr().print(f"No rows written for {kind}: see the counts above for what was left out.")
         sys.exit(1)

@@ -30,7 +30,7 @@ import re
 from array import array
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, time
 
 import duckdb
@@ -304,15 +304,27 @@ def _matching(criteria: Criteria) -> tuple[str, list]:
     return " AND ".join(where), params
 
 
-def unmatched_filters(con: duckdb.DuckDBPyConnection, criteria: Criteria, shown: int = 8) -> list[str]:
+@dataclass(frozen=True)
+class Unmatched:
+    """A filter that alone matches no trace (`given`, as typed: `--workload nope`), and what the
+    store holds instead: per value of `noun` ("workloads", "outcomes", "models") its traces, most
+    first; for dates (`noun` "starts"), the first and last trace start (None: no recorded time)."""
+
+    given: str
+    noun: str
+    held: list[tuple[str, int]] = field(default_factory=list)
+    first: datetime | None = None
+    last: datetime | None = None
+
+
+def unmatched_filters(con: duckdb.DuckDBPyConnection, criteria: Criteria) -> list[Unmatched]:
     """For a selection that matched nothing: each of --workload, --outcome and --model that alone
-    matches no trace, with the values the store holds (the `shown` most common), so a misspelt
-    name says what to write instead; and dates that match no trace, with the store's first and
-    last start.
+    matches no trace, with the values the store holds, so a misspelt name says what to write
+    instead; and dates that match no trace, with the store's first and last start.
 
     The workloads are the traces' own and those the last profile or analyze gave them, as
     `_matching` reads them."""
-    lines = []
+    found = []
     checks = [
         (
             "--workload",
@@ -339,24 +351,20 @@ def unmatched_filters(con: duckdb.DuckDBPyConnection, criteria: Criteria, shown:
     for option, wanted, noun, query in checks:
         if not wanted or any_trace_matches(con, Criteria(**{noun: wanted})):
             continue
-        held = con.execute(query).fetchall()
-        listed = ", ".join(f"{value} ({count} trace{'s' * (count != 1)})" for value, count in held[:shown])
-        more = f" and {len(held) - shown} more" if len(held) > shown else ""
         given = " ".join(f"{option} {value}" for value in wanted)
-        lines.append(f"{given} matches no trace; the store's {noun}: {listed or 'none'}{more}")
+        found.append(Unmatched(given, noun, held=con.execute(query).fetchall()))
     dates = {"since": criteria.since, "until": criteria.until}
     if any(dates.values()) and not any_trace_matches(con, Criteria(**dates)):
         first, last = con.execute("SELECT min(started_at), max(started_at) FROM traces").fetchone()
-        given = " ".join(f"--{name} {_when(value)}" for name, value in dates.items() if value)
-        held = f"from {_when(first)} to {_when(last)}" if first else "at no recorded time"
-        lines.append(f"{given} matches no trace; the store's traces started {held}")
-    return lines
+        given = " ".join(f"--{name} {when(value)}" for name, value in dates.items() if value)
+        found.append(Unmatched(given, "starts", first=first, last=last))
+    return found
 
 
-def _when(moment: datetime) -> str:
+def when(moment: datetime) -> str:
     """A time as a person writes one: the date alone at midnight UTC, else to the second, in UTC.
 
-    >>> _when(datetime(2026, 11, 1, tzinfo=UTC)), _when(datetime(2025, 8, 1, 16, 20, 44, 298854, tzinfo=UTC))
+    >>> when(datetime(2026, 11, 1, tzinfo=UTC)), when(datetime(2025, 8, 1, 16, 20, 44, 298854, tzinfo=UTC))
     ('2026-11-01', '2025-08-01 16:20:44 UTC')
     """
     moment = moment.astimezone(UTC)

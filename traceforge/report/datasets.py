@@ -7,7 +7,10 @@ from rich.console import Console
 from traceforge.export.card import DROP_REASONS, LEFT_OUT_REASONS
 from traceforge.export.hub import PushResult
 from traceforge.export.pipeline import ExportReport
-from traceforge.report.terminal import display_path
+from traceforge.export.selection import Unmatched, when
+from traceforge.report.terminal import display_path, plural
+
+UNMATCHED_SHOWN = 8  # values of a filter that matched nothing listed, most traces first
 
 
 def _reasons(console: Console, title: str, counts: dict[str, int], names: dict[str, str]) -> None:
@@ -72,3 +75,18 @@ def render_push(console: Console, result: PushResult) -> None:
     verb = "created" if result.created else "updated"
     console.print(f"Pushed {len(result.files)} files to {result.url} ({visibility}; repo {verb}).")
     console.print(f"Commit: {result.commit_url}")
+
+
+def render_unmatched(console: Console, unmatched: list[Unmatched], shown: int = UNMATCHED_SHOWN) -> None:
+    """A line per filter that alone matched no trace, with what the store holds instead (the
+    `shown` values with most traces, and how many more)."""
+    for found in unmatched:
+        if found.noun != "starts":
+            listed = ", ".join(f"{value} ({plural(n, 'trace')})" for value, n in found.held[:shown])
+            more = f" and {len(found.held) - shown} more" if len(found.held) > shown else ""
+            line = f"the store's {found.noun}: {listed or 'none'}{more}"
+        elif found.first and found.last:
+            line = f"the store's traces started from {when(found.first)} to {when(found.last)}"
+        else:
+            line = "the store's traces started at no recorded time"
+        console.print(f"{found.given} matches no trace; {line}", highlight=False)
