@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import click
+import duckdb
 
 from traceforge import store
 from traceforge.cli import cli
@@ -21,6 +22,30 @@ def shell_binary() -> str | None:
     if beside.exists():
         return str(beside)
     return shutil.which("duckdb")
+
+
+NESTED_TYPES = frozenset({"list", "array", "struct", "map", "union"})
+
+
+def query_result(
+    con: duckdb.DuckDBPyConnection, query: str, *, nested_as_text: bool
+) -> tuple[list[str], list[tuple]] | None:
+    """The columns and rows of `query`'s last statement, or None where it returns none.
+
+    With `nested_as_text`, lists, structs and maps come as DuckDB writes them (`[a, 'b,c']`,
+    `{'k': v}`, `{k=1}`), as its shell shows them, not as Python's repr (`['a', 'b,c']`, a map
+    written as a struct); JSON keeps them as values."""
+    relation = con.sql(query)
+    if relation is None:
+        return None
+    columns, types = relation.columns, relation.types
+    if nested_as_text and any(kind.id in NESTED_TYPES for kind in types):
+        relation = relation.project(
+            ", ".join(
+                f"#{n}::VARCHAR" if kind.id in NESTED_TYPES else f"#{n}" for n, kind in enumerate(types, 1)
+            )
+        )
+    return columns, relation.fetchall()
 
 
 @cli.command()
@@ -62,15 +87,14 @@ def sql(query, db, as_json, as_csv):
     con = store.connect(db, read_only=True)
     try:
         try:
-            cursor = con.execute(query)
-        except Exception as exc:  # duckdb's errors name the problem and the position
+            result = query_result(con, query, nested_as_text=not as_json)
+        except duckdb.Error as exc:  # duckdb's errors name the problem and the position
             raise click.ClickException(str(exc)) from exc
-        if cursor.description is None:
-            return
-        columns = [d[0] for d in cursor.description]
-        rows = cursor.fetchall()
     finally:
         con.close()
+    if result is None:
+        return
+    columns, rows = result
     if as_json:
         click.echo(json.dumps([dict(zip(columns, r, strict=True)) for r in rows], indent=2, default=str))
     elif as_csv:
