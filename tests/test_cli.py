@@ -138,6 +138,30 @@ def test_bad_usage_exits_2_and_missing_paths_exit_1(runner, tmp_path):
     assert "folder holds no file to read" in again.output
 
 
+def test_names_from_traces_print_as_they_are_not_as_rich_markup(runner, tmp_path):
+    """Workload, tool and file names holding brackets: `[/tmp]` once failed the whole report as a
+    closing tag matching nothing, `[bold]` vanished into a style."""
+    folder = tmp_path / "[prod] logs"
+    loop = OpenAILoop("You are a support agent.", "Where is order 1000?", workload="[/tmp] support")
+    loop.call(tool_calls=[openai_tool_call("c0", "get[bold]order", {"order_id": "1000"})], prompt_tokens=30)
+    loop.result("c0", json.dumps({"status": "[/shipped]"}))
+    loop.call(content="It has shipped.", prompt_tokens=35, completion_tokens=8)
+    write_jsonl(folder / "[bold]day0.jsonl", [*loop.records, "[/not json]"])
+    db = str(tmp_path / "s.duckdb")
+    result = runner.invoke(cli, ["analyze", str(folder), "--db", db, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert "1. [/tmp] support" in result.output and "rejected records" in result.output
+    assert "[bold]day0.jsonl:3" in result.output  # the rejected line, named by its file
+    deps = runner.invoke(cli, ["deps", "--db", db])
+    assert deps.exit_code == 0 and "[/tmp] support" in deps.output, deps.output
+    rows = runner.invoke(cli, ["sql", "--db", db, "SELECT workload, name FROM traces, tool_calls"])
+    assert re.search(r"│ \[/tmp\] support +│ get\[bold\]order +│", rows.output), rows.output
+    hint = runner.invoke(
+        cli, ["export", "sft", "--db", db, "--out", str(tmp_path / "x"), "--workload", "[x]"]
+    )
+    assert "--workload [x] matches no trace; the store's workloads: [/tmp] support (1 trace)" in hint.output
+
+
 def test_forced_format_applies_to_every_file(runner, tmp_path):
     folder = logs(tmp_path, n=1)
     wrong = runner.invoke(
@@ -178,6 +202,14 @@ def test_sql_runs_queries_and_explains_a_missing_store(runner, tmp_path):
     as_csv = runner.invoke(cli, ["sql", "--db", db, "--csv", flags]).output
     assert as_csv == "any_failed,nothing,n\nfalse,,2\n"
     assert re.search(r"│ false +│ NULL +│ +2 │", runner.invoke(cli, ["sql", "--db", db, flags]).output)
+    # lists, structs and maps as DuckDB's shell writes them; JSON keeps them as JSON values
+    nested = "SELECT 1 AS ignored; SELECT ['a', 'b,c', NULL] AS l, {'k': 'v'} AS s, MAP {'x': 1} AS m"
+    as_csv = runner.invoke(cli, ["sql", "--db", db, "--csv", nested]).output
+    assert as_csv == "l,s,m\n\"[a, 'b,c', NULL]\",{'k': v},{x=1}\n"
+    table = runner.invoke(cli, ["sql", "--db", db, nested]).output
+    assert re.search(r"│ \[a, 'b,c', NULL\] +│ \{'k': v\} +│ \{x=1\} +│", table), table
+    as_json = json.loads(runner.invoke(cli, ["sql", "--db", db, "--json", nested]).output)
+    assert as_json == [{"l": ["a", "b,c", None], "s": {"k": "v"}, "m": {"x": 1}}]
     # a .sql file, as the shipped ones in queries/, comments and all
     query_file = tmp_path / "errors.sql"
     query_file.write_text(

@@ -95,14 +95,17 @@ def output_failure(out: str, error: OSError, rerun: str) -> click.ClickException
 
 def stdout() -> Console:
     """Report output: word-wrapped to the terminal's width on a terminal; piped or redirected, long
-    lines stay whole (and colourless) so they can be grepped."""
-    console = Console()
+    lines stay whole (and colourless) so they can be grepped. No markup is read: names, paths and
+    messages from traces print as they are (`[/tmp]` would fail as a closing tag, `[prod]` vanish
+    as a style); the reports style their own words with `rich.text.Text`."""
+    console = Console(markup=False)
     console.soft_wrap = not console.is_terminal
     return console
 
 
 def stderr() -> Console:
-    console = Console(stderr=True)
+    """Progress, warnings and errors, as `stdout` writes them."""
+    console = Console(stderr=True, markup=False)
     console.soft_wrap = not console.is_terminal
     return console
 
@@ -149,7 +152,7 @@ class FileProgress:
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
-            TextColumn("{task.fields[name]}"),
+            TextColumn("{task.fields[name]}", markup=False),  # a file name, as it is
             console=console,
             transient=True,
             disable=not console.is_terminal,

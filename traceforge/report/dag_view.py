@@ -10,12 +10,14 @@ import networkx as nx
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from traceforge.analysis.dag import Schedule
 from traceforge.analysis.deps import Call, leaves
 from traceforge.report.terminal import human, label_note, plural, print_table, workload_labels
 
 ARGUMENT_CHARS = 48
+USER_MESSAGE_ROW = Text("-- user message --", style="dim")
 EDGE_STYLE_DOT = {
     "explicit": "bold",
     "data": "solid",
@@ -103,9 +105,12 @@ def render_text(console: Console, schedule: Schedule, workload: str | None = Non
     trace = schedule.trace
     calls = trace.calls
     console.print(
-        f"trace [bold]{trace.trace_id}[/]"
-        + (f"  workload {workload}" if workload else "")
-        + f"  mode {schedule.mode}"
+        Text.assemble(
+            "trace ",
+            (trace.trace_id, "bold"),
+            f"  workload {workload}" if workload else "",
+            f"  mode {schedule.mode}",
+        )
     )
     console.print(
         f"{plural(len(calls), 'tool call')} in {plural(schedule.observed_turns, 'turn')} "
@@ -140,7 +145,7 @@ def render_text(console: Console, schedule: Schedule, workload: str | None = Non
     number = 0
     for position, (_, observed, parallel) in enumerate(_segments(schedule)):
         if position:
-            table.add_row("", "[dim]-- user message --[/]", "[dim]-- user message --[/]")
+            table.add_row("", USER_MESSAGE_ROW, USER_MESSAGE_ROW)
         for row in range(max(len(observed), len(parallel))):
             number += 1
             left = "\n".join(call_label(calls[c]) for c in observed[row]) if row < len(observed) else ""
@@ -273,9 +278,12 @@ def render_summary(console: Console, summary: dict[str, Any]) -> None:
     observed, minimum = summary["observed_turns"], summary["min_turns"]
     share = summary["turns_saved"] / observed if observed else 0.0
     console.print(
-        f"[bold]{plural(summary['traces'], 'trace')}[/], {plural(summary['tool_calls'], 'tool call')} in "
-        f"{plural(observed, 'tool-calling turn')}: a parallel-calling model needs {minimum} "
-        f"({summary['turns_saved']} saved, {share:.0%}; {summary['mode']} mode)"
+        Text.assemble(
+            (plural(summary["traces"], "trace"), "bold"),
+            f", {plural(summary['tool_calls'], 'tool call')} in "
+            f"{plural(observed, 'tool-calling turn')}: a parallel-calling model needs {minimum} "
+            f"({summary['turns_saved']} saved, {share:.0%}; {summary['mode']} mode)",
+        )
     )
     console.print(
         f"  bounds: {summary['min_turns_conservative']} turns (conservative) to "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.text import Text
 
 from traceforge.export.card import DROP_REASONS, LEFT_OUT_REASONS
 from traceforge.export.hub import PushResult
@@ -35,7 +36,7 @@ def render_export(console: Console, report: ExportReport) -> None:
         else f"wrote no rows: {out}/ left as it was"
     )
     matched = f"{report.matched} traces matched, {report.selected} usable{contexts}"
-    console.print(f"[bold]{report.kind}[/]: {matched}; {wrote}")
+    console.print(Text.assemble((report.kind, "bold"), f": {matched}; {wrote}"))
     _reasons(console, "Dropped whole, never truncated", report.dropped, DROP_REASONS)
     _reasons(console, "Left out of this export", report.left_out, LEFT_OUT_REASONS)
     if report.user_tool_calls_removed:
@@ -66,14 +67,17 @@ def render_export(console: Console, report: ExportReport) -> None:
         else:
             console.print("Redaction: on; nothing found to redact.")
     else:
-        console.print("[yellow]Redaction is OFF (--no-redact): secrets and personal data were kept.[/]")
+        off = "Redaction is OFF (--no-redact): secrets and personal data were kept."
+        console.print(Text(off, style="yellow"))
     console.print(f"Dataset card: {display_path(str(report.out / 'README.md'))}")
 
 
 def render_push(console: Console, result: PushResult) -> None:
-    visibility = "private" if result.private else "[yellow]public[/]"
+    visibility = Text("private") if result.private else Text("public", style="yellow")
     verb = "created" if result.created else "updated"
-    console.print(f"Pushed {len(result.files)} files to {result.url} ({visibility}; repo {verb}).")
+    console.print(
+        Text.assemble(f"Pushed {len(result.files)} files to {result.url} (", visibility, f"; repo {verb}).")
+    )
     console.print(f"Commit: {result.commit_url}")
 
 

@@ -6,8 +6,10 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from traceforge.report.terminal import (
+    NOTE,
     POOR_FIT_NOTE,
     human,
     label_note,
@@ -17,6 +19,7 @@ from traceforge.report.terminal import (
 )
 
 SHOWN_WORKLOADS = 5
+REJECTED = Text("rejected:", style="yellow")
 
 
 def _pct(value: float | None) -> str:
@@ -73,8 +76,9 @@ def render_profile(console: Console, document: dict[str, Any], paths: dict[str, 
         console.print(f"Power law: not fitted ({fit['note']})")
     for model in spend["unpriced_models"]:
         console.print(
-            f"[yellow]unpriced:[/] {model['model']}: {model['calls']} calls with no reported cost "
-            "and no price (add it with --prices FILE)"
+            Text("unpriced:", style="yellow"),
+            f"{model['model']}: {model['calls']} calls with no reported cost "
+            "and no price (add it with --prices FILE)",
         )
     console.print()
     _render_workload(console, "All workloads", document["overall"])
@@ -85,10 +89,11 @@ def render_profile(console: Console, document: dict[str, Any], paths: dict[str, 
     estimation = document["estimation"]["counts"]
     if estimation["input_estimated"] or estimation["output_estimated"]:
         console.print(
-            f"[yellow]estimated:[/] {estimation['input_estimated']} calls' input and "
+            Text("estimated:", style="yellow"),
+            f"{estimation['input_estimated']} calls' input and "
             f"{estimation['output_estimated']} calls' output tokens (no usage reported, or only a lower "
             "bound of the output): "
-            f"{document['estimation']['method']}"
+            f"{document['estimation']['method']}",
         )
     for name, path in paths.items():
         console.print(f"wrote {name}: {path}")
@@ -99,7 +104,7 @@ def _render_workload(console: Console, title: str, entry: dict[str, Any]) -> Non
     lengths = entry["lengths"]
     cache = entry["prefix_cache"]
     timing = entry["timing"]
-    console.print(f"[bold]{title}[/]")
+    console.print(Text(title, style="bold"))
     estimated = f" ({total['calls_estimated']} estimated)" if total.get("calls_estimated") else ""
     cached = (
         "no cache count reported"
@@ -158,8 +163,8 @@ def _render_workload(console: Console, title: str, entry: dict[str, Any]) -> Non
                 f"  {label} @ {plan['target_rps']:.3g} req/s on {plan['gpu_profile']}: "
                 f"{plan['prefill']['instances']} prefill + {plan['decode']['instances']} decode instances "
                 f"(decode bound by {plan['decode']['binding']}), "
-                f"or {plan['aggregated']['instances']} shared; "
-                f"[bold]{rec['mode']}[/]"
+                f"or {plan['aggregated']['instances']} shared;",
+                Text(rec["mode"], style="bold"),
             )
     if deployment.get("note"):
         console.print(f"  deployment: {deployment['note']}")
@@ -191,14 +196,13 @@ def render_cache_sim(console: Console, report: dict[str, Any]) -> None:
     print_table(console, table)
     if report["block_mismatch"]:
         console.print(
-            f"[yellow]note:[/] {report['block_mismatch']} requests' hash_ids do not cover input_length at "
-            f"block size {report['block_size']} (pass --block-size for traces made with another block size)"
+            NOTE,
+            f"{report['block_mismatch']} requests' hash_ids do not cover input_length at "
+            f"block size {report['block_size']} (pass --block-size for traces made with another block size)",
         )
     if report["untimed"]:
-        console.print(
-            f"[yellow]note:[/] {report['untimed']} lines without a timestamp (TTL results mean little)"
-        )
+        console.print(NOTE, f"{report['untimed']} lines without a timestamp (TTL results mean little)")
     for reject in report["rejects"][:5]:
-        console.print(f"[yellow]rejected:[/] {report['trace']}:{reject['line']}: {reject['error']}")
+        console.print(REJECTED, f"{report['trace']}:{reject['line']}: {reject['error']}")
     if len(report["rejects"]) > 5:
-        console.print(f"[yellow]rejected:[/] {len(report['rejects']) - 5} more lines")
+        console.print(REJECTED, f"{len(report['rejects']) - 5} more lines")

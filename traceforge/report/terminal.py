@@ -16,6 +16,7 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
 from traceforge.analysis.summary import cached_text, ratio_text
 from traceforge.ingest import FileReport, IngestReport
@@ -95,11 +96,12 @@ def render_big_file(
     command = f"zcat {quoted} | {split}parts/part-" if compressed else f"{split}{quoted} parts/part-"
     held = f"Its first reading found {why}, so its traces" if why else "Its traces"
     console.print(
-        f"[yellow]note:[/] {shown} holds {human(size)}B of data. {held} are all held in memory "
+        NOTE,
+        f"{shown} holds {human(size)}B of data. {held} are all held in memory "
         f"until the whole file is read, which can take more than its size. If it is JSON Lines, split "
         f"it into files of about 64 MB and ingest those instead, to bound memory and use every core "
         f"(mkdir parts && {command}): the traces spread over the parts are joined, so the store holds "
-        "the same traces."
+        "the same traces.",
     )
 
 
@@ -112,8 +114,9 @@ def render_unfinished(console: Console, paths: list[str]) -> None:
             else f"it is gone: put it back and ingest it again, or `traceforge forget {shlex.quote(path)}`"
         )
         console.print(
-            f"[yellow]warning:[/] {display_path(path)}: an earlier run stopped while writing this file, "
-            f"and the store holds only part of it; {todo}"
+            WARNING,
+            f"{display_path(path)}: an earlier run stopped while writing this file, "
+            f"and the store holds only part of it; {todo}",
         )
 
 
@@ -165,16 +168,21 @@ def _list_paths(console: Console, paths: list[str]) -> None:
 # Past this many new or changed files, they are listed a line per folder and format rather than a
 # line each: a folder of Claude Code sessions holds thousands of files. `ingest -v` lists each.
 FILES_LISTED = 20
+# The consoles read no markup (`cli.options.stdout`): a value from a trace such as `[/tmp]` or
+# `[prod]` prints as it is. Styled words are Text.
+NOTE = Text("note:", style="yellow")
+WARNING = Text("warning:", style="yellow")
+ERROR = Text("error:", style="red")
 
 
 def render_ingest(console: Console, report: IngestReport, verbose: bool = False) -> None:
     totals = report.totals()
     for problem in report.problems:
-        console.print(f"[red]error:[/] {problem}")
+        console.print(ERROR, problem)
     render_unfinished(console, report.unfinished)
     for file in report.files:
         if file.status == "failed":
-            console.print(f"[red]error:[/] {display_path(file.path)}: {file.message}")
+            console.print(ERROR, f"{display_path(file.path)}: {file.message}")
     read = [f for f in report.files if f.status in ("new", "changed")]
     if len(read) > FILES_LISTED and not verbose:
         _render_folders(console, read)
@@ -183,7 +191,7 @@ def render_ingest(console: Console, report: IngestReport, verbose: bool = False)
             if file.status != "failed" and (verbose or file.status in ("new", "changed")):
                 detail = _read_detail([file]) if file.status in ("new", "changed") else (file.message or "")
                 console.print(f"{file.status:>9} {display_path(file.path)}  {detail}")
-    parts = [
+    parts: list[str | Text] = [
         f"{totals['files_new']} new",
         f"{totals['files_changed']} changed",
         f"{totals['files_unchanged']} unchanged",
@@ -191,14 +199,17 @@ def render_ingest(console: Console, report: IngestReport, verbose: bool = False)
     if totals["files_duplicate"]:
         parts.append(f"{totals['files_duplicate']} duplicate")
     if totals["files_failed"]:
-        parts.append(f"[red]{totals['files_failed']} failed[/]")
+        parts.append(Text(f"{totals['files_failed']} failed", style="red"))
     console.print(
-        f"Ingested {plural(len(report.files), 'file')} ({', '.join(parts)}): "
-        f"{plural(totals['traces'], 'trace')}, {plural(totals['llm_calls'], 'LLM call')}, "
-        f"{plural(totals['tool_calls'], 'tool call')}"
-        + (f", [yellow]{totals['rejected']} rejected[/]" if totals["rejected"] else "")
-        + (f", {totals['skipped']} skipped by rule" if totals["skipped"] else "")
-        + "."
+        Text.assemble(
+            f"Ingested {plural(len(report.files), 'file')} (",
+            Text(", ").join(Text(part) if isinstance(part, str) else part for part in parts),
+            f"): {plural(totals['traces'], 'trace')}, {plural(totals['llm_calls'], 'LLM call')}, "
+            f"{plural(totals['tool_calls'], 'tool call')}",
+            _rejected(totals["rejected"]),
+            f", {totals['skipped']} skipped by rule" if totals["skipped"] else "",
+            ".",
+        )
     )
     if report.joined:
         held = report.after_joins
@@ -215,23 +226,25 @@ def render_ingest(console: Console, report: IngestReport, verbose: bool = False)
             )
         )
     for trace_id, reason in report.left_apart.items():
-        console.print(
-            f"[yellow]warning:[/] trace {trace_id} is spread over several files, kept in parts: {reason}"
-        )
+        console.print(WARNING, f"trace {trace_id} is spread over several files, kept in parts: {reason}")
     if totals["files_unchanged"] and not (totals["files_new"] or totals["files_changed"]):
         console.print("Nothing new: every file was ingested before with the same content.")
 
 
-def _read_detail(files: list[FileReport]) -> str:
+def _read_detail(files: list[FileReport]) -> Text:
     """What read files of one format gave, summed."""
-    rejected = sum(f.rejected for f in files)
     skipped = sum(sum(f.skipped.values()) for f in files)
-    return (
+    return Text.assemble(
         f"{files[0].format}: {sum(f.traces for f in files)} traces, "
-        f"{sum(f.llm_calls for f in files)} LLM calls, {sum(f.tool_calls for f in files)} tool calls"
-        + (f", [yellow]{rejected} rejected[/]" if rejected else "")
-        + (f", {skipped} skipped" if skipped else "")
+        f"{sum(f.llm_calls for f in files)} LLM calls, {sum(f.tool_calls for f in files)} tool calls",
+        _rejected(sum(f.rejected for f in files)),
+        f", {skipped} skipped" if skipped else "",
     )
+
+
+def _rejected(count: int) -> Text:
+    """`, N rejected` in yellow, or nothing."""
+    return Text(f", {count} rejected", style="yellow") if count else Text()
 
 
 def _render_folders(console: Console, read: list[FileReport]) -> None:
@@ -267,10 +280,13 @@ def render_summary(
     cached = cached_text(t)
     console.print()
     console.print(
-        f"[bold]{display_path(db)}[/]: {plural(t['traces'], 'trace')} in "
-        f"{plural(t['workloads'], 'workload')}, {plural(t['llm_calls'], 'LLM call')}, "
-        f"{plural(t['tool_calls'], 'tool call')}; tokens in "
-        f"{human(t['input_tokens'])} ({cached}), out {human(t['output_tokens'])}"
+        Text.assemble(
+            (display_path(db), "bold"),
+            f": {plural(t['traces'], 'trace')} in "
+            f"{plural(t['workloads'], 'workload')}, {plural(t['llm_calls'], 'LLM call')}, "
+            f"{plural(t['tool_calls'], 'tool call')}; tokens in "
+            f"{human(t['input_tokens'])} ({cached}), out {human(t['output_tokens'])}",
+        )
     )
     if t["calls_without_usage"]:
         console.print(
@@ -313,7 +329,8 @@ def render_summary(
     print_table(console, table)
     label_note(console, labels)
     if t["rejects"]:
-        console.print(f"[yellow]{t['rejects']} rejected records[/] (kept in the `rejects` table):")
+        rejected = Text(f"{t['rejects']} rejected records", style="yellow")
+        console.print(rejected, "(kept in the `rejects` table):")
         for reason in summary["reject_reasons"]:
             where = display_path(reason["example_file"])
             line = f":{reason['example_line']}" if reason["example_line"] is not None else ""
@@ -328,7 +345,7 @@ def render_summary(
 
 def _section(console: Console, title: str) -> None:
     console.print()
-    console.print(f"[bold underline]{title}[/]")
+    console.print(Text(title, style="bold underline"))
 
 
 def _pct(value: float | None) -> str:
@@ -491,8 +508,9 @@ def _render_spend(console: Console, spend: dict[str, Any], labels: dict[str, str
         )
     if spend.get("unpriced_models"):
         console.print(
-            f"[yellow]No price for:[/] {unpriced_text(spend['unpriced_models'])} (pass --prices FILE; "
-            "their calls are left out of the cost)."
+            Text("No price for:", style="yellow"),
+            f"{unpriced_text(spend['unpriced_models'])} (pass --prices FILE; "
+            "their calls are left out of the cost).",
         )
 
 
@@ -602,6 +620,6 @@ def _render_recommendations(console: Console, picks: list[dict[str, Any]]) -> No
         console.print("No workload has spend to rank yet.")
         return
     for number, pick in enumerate(picks, start=1):
-        console.print(f"{number}. [bold]{pick['workload']}[/]")
+        console.print(Text.assemble(f"{number}. ", (pick["workload"], "bold")))
         for reason in pick["reasons"]:
             console.print(f"   - {reason}")
