@@ -162,6 +162,27 @@ def test_names_from_traces_print_as_they_are_not_as_rich_markup(runner, tmp_path
     assert "--workload [x] matches no trace; the store's workloads: [/tmp] support (1 trace)" in hint.output
 
 
+def test_piped_tables_keep_each_row_on_one_line(runner, tmp_path, monkeypatch):
+    """Piped (no terminal, no COLUMNS), a table is as wide as it needs, so a row can be grepped:
+    a long workload name once folded over two lines of the inference table at 80 columns."""
+    name = "nightly-regression-triage-agent-with-a-long-name"
+    loop = OpenAILoop("You triage.", "Triage build 7.", workload=name)
+    loop.call(tool_calls=[openai_tool_call("c0", "get_build", {"id": "7"})], prompt_tokens=900)
+    loop.result("c0", json.dumps({"status": "red"}))
+    loop.call(content="Build 7 is red.", prompt_tokens=950, completion_tokens=8)
+    folder = tmp_path / "logs"
+    write_jsonl(folder / "day0.jsonl", loop.records)
+    db = str(tmp_path / "s.duckdb")
+    monkeypatch.delenv("COLUMNS", raising=False)
+    piped = runner.invoke(cli, ["analyze", str(folder), "--db", db, "--out", str(tmp_path / "o")])
+    assert piped.exit_code == 0, piped.output
+    rows = [line for line in piped.stdout.splitlines() if line.startswith(f" {name} ")]
+    assert len(rows) == 2 and re.search(r":1 .*agg \d+P:\d+D", rows[1]), rows  # usage, inference
+    narrow = runner.invoke(cli, ["analyze", str(folder), "--db", db], env={"COLUMNS": "80"})
+    # at 80 columns the inference table folds the name to fit, as it did piped before
+    assert len([line for line in narrow.stdout.splitlines() if line.startswith(f" {name} ")]) == 1
+
+
 def test_forced_format_applies_to_every_file(runner, tmp_path):
     folder = logs(tmp_path, n=1)
     wrong = runner.invoke(

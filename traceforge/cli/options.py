@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -93,20 +94,29 @@ def output_failure(out: str, error: OSError, rerun: str) -> click.ClickException
     )
 
 
+PIPED_WIDTH = 10_000  # piped, a table is laid out this wide: as wide as it needs, no cell folded
+
+
 def stdout() -> Console:
-    """Report output: word-wrapped to the terminal's width on a terminal; piped or redirected, long
-    lines stay whole (and colourless) so they can be grepped. No markup is read: names, paths and
-    messages from traces print as they are (`[/tmp]` would fail as a closing tag, `[prod]` vanish
-    as a style); the reports style their own words with `rich.text.Text`."""
-    console = Console(markup=False)
-    console.soft_wrap = not console.is_terminal
-    return console
+    """Report output: word-wrapped to the terminal's width on a terminal; piped or redirected (and
+    no COLUMNS set), long lines and table rows stay whole (and colourless) so they can be grepped.
+    No markup is read: names, paths and messages from traces print as they are (`[/tmp]` would
+    fail as a closing tag, `[prod]` vanish as a style); the reports style their own words with
+    `rich.text.Text`."""
+    return _console(stderr=False)
 
 
 def stderr() -> Console:
     """Progress, warnings and errors, as `stdout` writes them."""
-    console = Console(stderr=True, markup=False)
-    console.soft_wrap = not console.is_terminal
+    return _console(stderr=True)
+
+
+def _console(stderr: bool) -> Console:
+    console = Console(stderr=stderr, markup=False)
+    if not console.is_terminal:
+        console.soft_wrap = True
+        if "COLUMNS" not in os.environ:
+            console.width = PIPED_WIDTH
     return console
 
 
