@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 from accounting import check_parse_result
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from seed_traces import SEEDS, dump, get_at, paths_in, read_back, read_seed, replace_at
 
@@ -375,6 +375,16 @@ def _read_both(data: bytes, name: str, chunk: int, compressed: bool) -> tuple[tu
     ensure_ascii=st.booleans(),
     chunk=st.sampled_from([48, 128, 700]),
     compressed=st.booleans(),
+)
+# found by this test: the chunk ended at `1.3510798882109872e`, which parsed as a number ending
+# before the `e`, so the next chunk's `+16` read as a missing comma
+@example(
+    records=[[-2210544551123], {"": "á$º", "f¢ã": None}, 1.3510798882109872e16],
+    separator=",\r\n",
+    indent=2,
+    ensure_ascii=True,
+    chunk=48,
+    compressed=False,
 )
 def test_any_json_array_read_in_chunks_gives_what_a_whole_read_gives(
     records, separator, indent, ensure_ascii, chunk, compressed

@@ -369,6 +369,9 @@ def _opens_array(chunk: bytes) -> bool:
 
 
 _WHITESPACE = re.compile(r"[ \t\n\r]*")  # JSON's white space
+# What follows a value parsed at the end of the text read so far, where it may be a number the
+# next chunk goes on with: nothing, or a number's part that does not parse yet (`.`, `e+`).
+_MAY_GO_ON = re.compile(r"[0-9.eE+\-]*\Z")
 
 
 def _opens_csv(chunk: bytes) -> bool:
@@ -523,8 +526,8 @@ class _ArrayReader:
                 raise self._error(json_error(exc.msg), exc.pos) from None
             except NestingError:
                 raise SourceError(f"a JSON document {TOO_DEEP}") from None
-            if end == len(self.text) and self._read_on():  # a number may go on in the next chunk
-                continue
+            if _MAY_GO_ON.match(self.text, end) and self._read_on():
+                continue  # a number may go on in the next chunk: `1.35e` parses as 1.35, `1.` as 1
             return value, end
 
     def _read_on(self, held: int = 0) -> bool:
