@@ -18,7 +18,7 @@ from traceforge.cli.options import (
     stderr,
     strict_option,
 )
-from traceforge.ingest import IngestReport, ingest_paths
+from traceforge.ingest import IngestReport, ingest_files
 from traceforge.ingest.sources import expand_paths
 from traceforge.report.terminal import render_big_file, render_ingest
 
@@ -78,7 +78,7 @@ def run_ingest(paths, db, fmt) -> IngestReport:
     con = store.connect(db)
     try:
         with FileProgress() as progress:
-            report = ingest_paths(
+            report = ingest_files(
                 con,
                 files,
                 fmt=fmt,

@@ -103,7 +103,25 @@ def ingest_paths(
     on_big_file: BigFileCallback | None = None,
     on_part: PartCallback | None = None,
 ) -> IngestReport:
-    """Ingest files, folders and globs into the store behind `con`.
+    """Ingest files, folders and globs into the store behind `con` (`ingest_files` of what
+    `sources.expand_paths` finds; the report's `problems` name the arguments that matched nothing)."""
+    files, problems = expand_paths(paths)
+    report = ingest_files(con, files, fmt, on_file, workers, on_big_file, on_part)
+    report.problems[:0] = problems
+    return report
+
+
+def ingest_files(
+    con: duckdb.DuckDBPyConnection,
+    files: list[Path],
+    fmt: str = "auto",
+    on_file: ProgressCallback | None = None,
+    workers: int | None = None,
+    on_big_file: BigFileCallback | None = None,
+    on_part: PartCallback | None = None,
+) -> IngestReport:
+    """Ingest `files` (absolute paths, as `sources.expand_paths` gives them) into the store
+    behind `con`.
 
     `fmt` forces an adapter by name (see `traceforge.ingest.detect.formats()`); "auto" detects it
     per file. `on_file(path, index, total)` is called as each file is taken up, for progress display;
@@ -121,7 +139,6 @@ def ingest_paths(
     here. The store ends up the same either way.
     """
     adapter = _resolve_adapter(fmt)
-    files, problems = expand_paths(paths)
     writer.adopt_relative_paths(con, files)
     stored = con.execute("SELECT path, sha256, bytes, error FROM sources").fetchall()
     # a file a run stopped writing in parts is read again, as new, its parts replaced
@@ -132,7 +149,7 @@ def ingest_paths(
         by_sha.setdefault(sha, path)
     replaces = {str(path) for path in files if str(path) in known or str(path) in interrupted}
     stored_sizes = {path: size for path, _, size, _ in stored if path not in interrupted}
-    report = IngestReport(problems=problems, unfinished=sorted(interrupted - {str(path) for path in files}))
+    report = IngestReport(unfinished=sorted(interrupted - {str(path) for path in files}))
     sizes = content_sizes(files, stored_sizes)  # of the files most likely new or changed
     # written in parts by this process (`traceforge.ingest.parts`)
     in_parts = {str(path) for path, (size, _) in sizes.items() if size >= parts.PARTS_MIN_BYTES}
