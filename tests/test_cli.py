@@ -231,6 +231,15 @@ def test_sql_runs_queries_and_explains_a_missing_store(runner, tmp_path):
     assert re.search(r"│ \[a, 'b,c', NULL\] +│ \{'k': v\} +│ \{x=1\} +│", table), table
     as_json = json.loads(runner.invoke(cli, ["sql", "--db", db, "--json", nested]).output)
     assert as_json == [{"l": ["a", "b,c", None], "s": {"k": "v"}, "m": {"x": 1}}]
+    # a long result: its first and last 20 rows and how many there are, as DuckDB's shell
+    hundred = "SELECT range AS n FROM range(100)"
+    table = runner.invoke(cli, ["sql", "--db", db, hundred]).output
+    shown = [int(n) for n in re.findall(r"^│ +(\d+) │$", table, re.MULTILINE)]
+    assert shown == [*range(20), *range(80, 100)] and re.search(r"^│ +· │$", table, re.MULTILINE)
+    assert "100 rows (40 shown: the first and last 20; --csv or --json prints every row)" in table
+    every = runner.invoke(cli, ["sql", "--db", db, "--csv", hundred]).output
+    assert every.split() == ["n", *map(str, range(100))]
+    assert "rows (" not in runner.invoke(cli, ["sql", "--db", db, "SELECT range FROM range(40)"]).output
     # a .sql file, as the shipped ones in queries/, comments and all
     query_file = tmp_path / "errors.sql"
     query_file.write_text(

@@ -13,6 +13,7 @@ import duckdb
 from traceforge import store
 from traceforge.cli import cli
 from traceforge.cli.options import db_option, stdout
+from traceforge.query import SHOWN_ROWS, run_query
 from traceforge.report.terminal import render_query_result, sql_text
 
 
@@ -24,30 +25,6 @@ def shell_binary() -> str | None:
     return shutil.which("duckdb")
 
 
-NESTED_TYPES = frozenset({"list", "array", "struct", "map", "union"})
-
-
-def query_result(
-    con: duckdb.DuckDBPyConnection, query: str, *, nested_as_text: bool
-) -> tuple[list[str], list[tuple]] | None:
-    """The columns and rows of `query`'s last statement, or None where it returns none.
-
-    With `nested_as_text`, lists, structs and maps come as DuckDB writes them (`[a, 'b,c']`,
-    `{'k': v}`, `{k=1}`), as its shell shows them, not as Python's repr (`['a', 'b,c']`, a map
-    written as a struct); JSON keeps them as values."""
-    relation = con.sql(query)
-    if relation is None:
-        return None
-    columns, types = relation.columns, relation.types
-    if nested_as_text and any(kind.id in NESTED_TYPES for kind in types):
-        relation = relation.project(
-            ", ".join(
-                f"#{n}::VARCHAR" if kind.id in NESTED_TYPES else f"#{n}" for n, kind in enumerate(types, 1)
-            )
-        )
-    return columns, relation.fetchall()
-
-
 @cli.command()
 @click.argument("query", required=False)
 @db_option
@@ -57,6 +34,8 @@ def sql(query, db, as_json, as_csv):
     """Run QUERY on the store, or open the DuckDB shell on it.
 
     QUERY is SQL, or a .sql file's path (the shipped ones are in queries/).
+    The table shows at most 40 rows, the first and last 20, as DuckDB's shell
+    does; --csv and --json print every row.
     Without QUERY this starts the `duckdb` shell (installed with traceforge
     from the duckdb-cli package) on the store, where `.read queries/FILE.sql`
     runs the shipped queries too.
@@ -84,17 +63,18 @@ def sql(query, db, as_json, as_csv):
         if not path.is_file():
             raise click.ClickException(f"{path}: no such file (the shipped queries are in queries/)")
         query = path.read_text(encoding="utf-8")
+    table = not (as_json or as_csv)
     con = store.connect(db, read_only=True)
     try:
         try:
-            result = query_result(con, query, nested_as_text=not as_json)
+            result = run_query(con, query, as_text=not as_json, shown=SHOWN_ROWS if table else None)
         except duckdb.Error as exc:  # duckdb's errors name the problem and the position
             raise click.ClickException(str(exc)) from exc
     finally:
         con.close()
     if result is None:
         return
-    columns, rows = result
+    columns, rows = result.columns, result.rows
     if as_json:
         click.echo(json.dumps([dict(zip(columns, r, strict=True)) for r in rows], indent=2, default=str))
     elif as_csv:
@@ -104,4 +84,4 @@ def sql(query, db, as_json, as_csv):
     else:
         console = stdout()
         fits = console.is_terminal or "COLUMNS" in os.environ  # piped: every column, as wide as needed
-        render_query_result(console, columns, rows, console.width if fits else None)
+        render_query_result(console, columns, rows, console.width if fits else None, total=result.total)

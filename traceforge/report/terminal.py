@@ -376,11 +376,15 @@ QUERY_TEXT_WIDTH = 40  # a text value longer than this is cut, marked `…`, as 
 QUERY_TEXT_MIN = 8  # how narrow a text column may get before columns are left out
 
 
-def render_query_result(console: Console, columns: list[str], rows: list[tuple], width: int | None) -> None:
+def render_query_result(
+    console: Console, columns: list[str], rows: list[tuple], width: int | None, total: int | None = None
+) -> None:
     """A query's result as a table, as DuckDB's shell shows one: a line per row (a line break in
     a value shown as `\\n`), long text cut, marked `…`, and where the columns do not fit `width`
     (the terminal's), those in the middle left out (named below the table), never a number cut.
-    `width` None: as wide as the table needs, every column shown (output piped to a file)."""
+    `width` None: as wide as the table needs, every column shown (output piped to a file).
+    `total` rows in the result, where `rows` are only its first and last half (`query.run_query`):
+    a row of `·` stands between them, and the count below the table."""
     cells = [[_cell_text(v) for v in row] for row in rows]
     numeric = [
         any(isinstance(row[i], int | float | Decimal) and not isinstance(row[i], bool) for row in rows)
@@ -403,10 +407,18 @@ def render_query_result(console: Console, columns: list[str], rows: list[tuple],
     for i in shown:
         justify = "right" if numeric[i] else "left"
         table.add_column(columns[i], justify=justify, width=wanted[i], no_wrap=True, overflow="ellipsis")
+    cut = total is not None and total > len(rows)
+    if cut:
+        cells.insert(len(cells) // 2, ["·"] * len(columns))
     for row in cells:
         table.add_row(*(row[i] for i in shown))
     table.width = 1 + sum(wanted[i] + 3 for i in shown)  # set, as wide as that even past the console's
     console.print(table, soft_wrap=False, crop=False)
+    if cut:
+        console.print(
+            f"{total:,} rows ({len(rows)} shown: the first and last {len(rows) // 2}; "
+            "--csv or --json prints every row)"
+        )
     left_out = [columns[i] for i in range(len(columns)) if i not in shown]
     if left_out:
         console.print(

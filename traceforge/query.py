@@ -1,0 +1,82 @@
+"""A user's SQL on the store, its result as `traceforge sql` shows it.
+
+DuckDB's shell is the model: a table shows at most the first and last rows of a long result (its
+`.maxrows`), read as a stream so a query over millions of rows neither waits for them all to
+become Python objects nor holds them; values Python would write otherwise than DuckDB (lists,
+structs, maps, intervals, blobs) come as DuckDB's own text."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+SHOWN_ROWS = 40  # a longer result shows its first and last 20 rows, as DuckDB's shell (`.maxrows`)
+# Types whose values DuckDB writes otherwise than Python: `[a, 'b,c']` not `['a', 'b,c']`, a map
+# `{k=1}` not a struct's `{'k': 1}`, `3 days` not `3 days, 0:00:00`, `\x00a` not `b'\x00a'`.
+TEXT_TYPES = frozenset({"list", "array", "struct", "map", "union", "interval", "blob"})
+ROWS_PER_BATCH = 8192
+
+
+@dataclass
+class QueryResult:
+    """`columns` and `rows` of a query's last statement; `total` rows in all, more than
+    `len(rows)` where only the first and last half of `rows` were kept (`shown`)."""
+
+    columns: list[str]
+    rows: list[tuple[Any, ...]]
+    total: int
+
+
+def run_query(
+    con: duckdb.DuckDBPyConnection, query: str, *, as_text: bool, shown: int | None = None
+) -> QueryResult | None:
+    """Run `query` (one statement or several: the last one's result); None where it returns no
+    rows. `as_text`: the TEXT_TYPES as DuckDB writes them (for a table or CSV; JSON keeps lists
+    and structs as values). `shown`: keep only the first and last `shown // 2` rows of a result
+    longer than `shown`, counting the rest as they stream past."""
+    relation = con.sql(query)
+    if relation is None:
+        return None
+    columns, types = relation.columns, relation.types
+    if as_text and any(kind.id in TEXT_TYPES for kind in types):
+        cast = (f"#{n}::VARCHAR" if kind.id in TEXT_TYPES else f"#{n}" for n, kind in enumerate(types, 1))
+        relation = relation.project(", ".join(cast))
+    if shown is None:
+        rows = relation.fetchall()
+        return QueryResult(columns, rows, len(rows))
+    return _first_and_last(columns, relation.to_arrow_reader(ROWS_PER_BATCH), shown)
+
+
+def _first_and_last(columns: list[str], batches: pa.RecordBatchReader, shown: int) -> QueryResult:
+    """The rows of a result of at most `shown` rows, or its first and last `shown // 2`: batches
+    are kept only while they hold rows that may be shown."""
+    half = shown // 2
+    head: list[pa.RecordBatch] = []
+    tail: deque[pa.RecordBatch] = deque()
+    total = held = 0
+    for batch in batches:
+        total += batch.num_rows
+        if sum(b.num_rows for b in head) <= shown:
+            head.append(batch)
+            continue
+        tail.append(batch)
+        held += batch.num_rows
+        while tail and held - tail[0].num_rows >= half:
+            held -= tail.popleft().num_rows
+    if total <= shown:
+        return QueryResult(columns, _tuples(head), total)
+    kept = _tuples(head)
+    ending = (kept + _tuples(list(tail)))[-half:]
+    return QueryResult(columns, kept[:half] + ending, total)
+
+
+def _tuples(batches: list[pa.RecordBatch]) -> list[tuple[Any, ...]]:
+    """Rows as tuples (a dict per row would merge columns of one name)."""
+    if not batches:
+        return []
+    table = pa.Table.from_batches(batches)
+    return list(zip(*(column.to_pylist() for column in table.columns), strict=True))
