@@ -1047,10 +1047,10 @@ def test_ctrl_c_wherever_it_lands_says_what_was_kept_and_exits_130(
 
     raised = [interruption]
 
-    def ingest_paths(*args, **kwargs):
+    def ingest_files(*args, **kwargs):
         raise raised[0]
 
-    monkeypatch.setattr(traceforge.cli.ingest, "ingest_paths", ingest_paths)
+    monkeypatch.setattr(traceforge.cli.ingest, "ingest_files", ingest_files)
     command = ["ingest", str(REPO / "sample_traces"), "--db", str(tmp_path / "s.duckdb")]
     result = runner.invoke(cli, command)
     assert result.exit_code == 130, result.output
