@@ -8,6 +8,7 @@ structs, maps, intervals, blobs) come as DuckDB's own text."""
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,24 +32,51 @@ class QueryResult:
     total: int
 
 
-def run_query(
-    con: duckdb.DuckDBPyConnection, query: str, *, as_text: bool, shown: int | None = None
-) -> QueryResult | None:
-    """Run `query` (one statement or several: the last one's result); None where it returns no
-    rows. `as_text`: the TEXT_TYPES as DuckDB writes them (for a table or CSV; JSON keeps lists
-    and structs as values). `shown`: keep only the first and last `shown // 2` rows of a result
-    longer than `shown`, counting the rest as they stream past."""
+def run_query(con: duckdb.DuckDBPyConnection, query: str, shown: int = SHOWN_ROWS) -> QueryResult | None:
+    """Run `query` (one statement or several: the last one's result) for a table: None where it
+    returns no rows; the TEXT_TYPES as DuckDB writes them; of a result longer than `shown` rows,
+    only the first and last `shown // 2`, the rest counted as they stream past."""
+    found = _as_text(con, query)
+    if found is None:
+        return None
+    columns, relation = found
+    return _first_and_last(columns, relation.to_arrow_reader(ROWS_PER_BATCH), shown)
+
+
+def every_row(
+    con: duckdb.DuckDBPyConnection, query: str, *, as_text: bool
+) -> tuple[list[str], Iterator[tuple[Any, ...]]] | None:
+    """The columns and every row of `query` (as `run_query` runs it), streamed a batch at a time
+    so a result bigger than memory can be written out: with `as_text` the TEXT_TYPES as DuckDB
+    writes them (for CSV), else as Python values (for JSON: lists and structs as arrays and
+    objects)."""
+    if as_text:
+        found = _as_text(con, query)
+        if found is None:
+            return None
+        columns, relation = found
+        batches = relation.to_arrow_reader(ROWS_PER_BATCH)
+        return columns, (row for batch in batches for row in _tuples([batch]))
+    cursor = con.execute(query)
+    if cursor.description is None:
+        return None
+    return [d[0] for d in cursor.description], _fetched(cursor)
+
+
+def _as_text(con: duckdb.DuckDBPyConnection, query: str) -> tuple[list[str], duckdb.DuckDBPyRelation] | None:
     relation = con.sql(query)
     if relation is None:
         return None
     columns, types = relation.columns, relation.types
-    if as_text and any(kind.id in TEXT_TYPES for kind in types):
+    if any(kind.id in TEXT_TYPES for kind in types):
         cast = (f"#{n}::VARCHAR" if kind.id in TEXT_TYPES else f"#{n}" for n, kind in enumerate(types, 1))
         relation = relation.project(", ".join(cast))
-    if shown is None:
-        rows = relation.fetchall()
-        return QueryResult(columns, rows, len(rows))
-    return _first_and_last(columns, relation.to_arrow_reader(ROWS_PER_BATCH), shown)
+    return columns, relation
+
+
+def _fetched(cursor: duckdb.DuckDBPyConnection) -> Iterator[tuple[Any, ...]]:
+    while rows := cursor.fetchmany(ROWS_PER_BATCH):
+        yield from rows
 
 
 def _first_and_last(columns: list[str], batches: pa.RecordBatchReader, shown: int) -> QueryResult:

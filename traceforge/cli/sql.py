@@ -13,7 +13,7 @@ import duckdb
 from traceforge import store
 from traceforge.cli import cli
 from traceforge.cli.options import db_option, stdout
-from traceforge.query import SHOWN_ROWS, run_query
+from traceforge.query import every_row, run_query
 from traceforge.report.terminal import render_query_result, sql_text
 
 
@@ -63,25 +63,40 @@ def sql(query, db, as_json, as_csv):
         if not path.is_file():
             raise click.ClickException(f"{path}: no such file (the shipped queries are in queries/)")
         query = path.read_text(encoding="utf-8")
-    table = not (as_json or as_csv)
     con = store.connect(db, read_only=True)
     try:
         try:
-            result = run_query(con, query, as_text=not as_json, shown=SHOWN_ROWS if table else None)
+            if as_json or as_csv:
+                _write_every_row(con, query, as_json)
+            else:
+                result = run_query(con, query)
+                if result is not None:
+                    console = stdout()
+                    fits = console.is_terminal or "COLUMNS" in os.environ  # piped: every column, whole
+                    width = console.width if fits else None
+                    render_query_result(console, result.columns, result.rows, width, total=result.total)
         except duckdb.Error as exc:  # duckdb's errors name the problem and the position
             raise click.ClickException(str(exc)) from exc
     finally:
         con.close()
-    if result is None:
+
+
+def _write_every_row(con: duckdb.DuckDBPyConnection, query: str, as_json: bool) -> None:
+    """Every row to stdout as it streams from DuckDB: a JSON array of objects (written as
+    `json.dumps(rows, indent=2)` would) or CSV."""
+    found = every_row(con, query, as_text=not as_json)
+    if found is None:
         return
-    columns, rows = result.columns, result.rows
-    if as_json:
-        click.echo(json.dumps([dict(zip(columns, r, strict=True)) for r in rows], indent=2, default=str))
-    elif as_csv:
-        writer = csv.writer(sys.stdout, lineterminator="\n")  # as DuckDB's shell; no \r in $(...)
+    columns, rows = found
+    out = sys.stdout
+    if not as_json:
+        writer = csv.writer(out, lineterminator="\n")  # as DuckDB's shell; no \r in $(...)
         writer.writerow(columns)
-        writer.writerows([[sql_text(v) if isinstance(v, bool) else v for v in row] for row in rows])
-    else:
-        console = stdout()
-        fits = console.is_terminal or "COLUMNS" in os.environ  # piped: every column, as wide as needed
-        render_query_result(console, columns, rows, console.width if fits else None, total=result.total)
+        writer.writerows([sql_text(v) if isinstance(v, bool) else v for v in row] for row in rows)
+        return
+    separator = "[\n"
+    for row in rows:
+        text = json.dumps(dict(zip(columns, row, strict=True)), indent=2, default=str)
+        out.write(separator + "  " + text.replace("\n", "\n  "))
+        separator = ",\n"
+    out.write("[]\n" if separator == "[\n" else "\n]\n")
