@@ -397,6 +397,54 @@ def test_any_json_array_read_in_chunks_gives_what_a_whole_read_gives(
     assert streamed == whole
 
 
+_LINE_NOISE = st.sampled_from(["", "   ", "\t", "oops", '{"cut": ', "[1, 2", "\ufeff{}", "\udcff"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    records=_RECORDS,
+    noise=st.lists(st.tuples(st.integers(0, 40), _LINE_NOISE), max_size=6),
+    line_end=st.sampled_from(["\n", "\r\n"]),
+    ensure_ascii=st.booleans(),
+    bom=st.booleans(),
+    chunk=st.sampled_from([32, 48, 128, 700]),
+    compressed=st.booleans(),
+)
+# found by this test: a blank first line hid that the first line (a whole array, longer than the
+# chunk) was JSON, so the file was read as one JSON array and failed at its second line
+@example(
+    records=[[[None, 1.0000000000000002e16]], {}],
+    noise=[(0, "")],
+    line_end="\n",
+    ensure_ascii=False,
+    bom=False,
+    chunk=32,
+    compressed=False,
+)
+@example(  # and a BOM before the blank line
+    records=[[[], 1.0000000000000002e16], {}],
+    noise=[(0, "")],
+    line_end="\n",
+    ensure_ascii=False,
+    bom=True,
+    chunk=32,
+    compressed=False,
+)
+def test_any_json_lines_file_read_in_chunks_gives_what_a_whole_read_gives(
+    records, noise, line_end, ensure_ascii, bom, chunk, compressed
+):
+    """Lines cut anywhere by the chunks, with blank lines, lines that are not JSON or are cut
+    short, a BOM (at the start, or inside where files were concatenated), a byte that is not
+    UTF-8, either line ending: the same records, line numbers, raw text and rejects."""
+    lines = [json.dumps(r, ensure_ascii=ensure_ascii) for r in records]
+    for at, line in noise:
+        lines.insert(min(at, len(lines)), line)
+    text = line_end.join(lines) + line_end
+    data = ("\ufeff" if bom else "").encode() + text.encode("utf-8", errors="surrogateescape")
+    streamed, whole = _read_both(data, "gateway.jsonl", chunk, compressed)
+    assert streamed == whole
+
+
 _CELLS = st.text(st.sampled_from([*'ab é,"\n\r\t;x1']), max_size=15)
 
 

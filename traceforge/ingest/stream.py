@@ -284,7 +284,8 @@ def _first_chunk(stream: BinaryIO) -> tuple[bytes, str]:
         return chunk, LINES
     if len(chunk) < CHUNK_BYTES:
         return chunk, WHOLE  # the whole content, read whole whatever it holds
-    if _opens_array(chunk) and not _is_json(chunk.split(b"\n", 1)[0]):
+    first_line = chunk.removeprefix(UTF8_BOM).lstrip().split(b"\n", 1)[0]  # after a BOM, blank lines
+    if _opens_array(chunk) and not _is_json(first_line):
         return chunk, ARRAY
     if _opens_csv(chunk):
         return chunk, CSV
