@@ -375,6 +375,7 @@ def _read_both(data: bytes, name: str, chunk: int, compressed: bool) -> tuple[tu
     ensure_ascii=st.booleans(),
     chunk=st.sampled_from([48, 128, 700]),
     compressed=st.booleans(),
+    lead=st.sampled_from(["", "\n", "\r\n  ", "\ufeff", "\ufeff\n"]),
 )
 # found by this test: the chunk ended at `1.3510798882109872e`, which parsed as a number ending
 # before the `e`, so the next chunk's `+16` read as a missing comma
@@ -385,14 +386,16 @@ def _read_both(data: bytes, name: str, chunk: int, compressed: bool) -> tuple[tu
     ensure_ascii=True,
     chunk=48,
     compressed=False,
+    lead="",
 )
 def test_any_json_array_read_in_chunks_gives_what_a_whole_read_gives(
-    records, separator, indent, ensure_ascii, chunk, compressed
+    records, separator, indent, ensure_ascii, chunk, compressed, lead
 ):
     """Elements cut anywhere by the chunks (inside strings, escapes, numbers, multi-byte
-    characters), laid out any way, give the same records, element numbers and rejects."""
+    characters), laid out any way, after blank lines or a BOM, give the same records, element
+    numbers and rejects."""
     elements = [json.dumps(r, indent=indent, ensure_ascii=ensure_ascii) for r in records]
-    data = ("[\n" + separator.join(elements) + "\n]\n").encode()
+    data = (lead + "[\n" + separator.join(elements) + "\n]\n").encode()
     streamed, whole = _read_both(data, "export.json", chunk, compressed)
     assert streamed == whole
 
