@@ -352,6 +352,12 @@ def test_nothing_selected_exits_1_and_says_what_the_store_holds(runner, db, tmp_
     result = run(runner, "export", "sft", "--db", str(db), "--out", out, "--outcome", "failure")
     assert result.exit_code == 1 and "left as it was" in result.output
     assert {p: p.read_bytes() for p in Path(out).rglob("*") if p.is_file()} == before
+    # a store whose traces carry no start time says so, rather than naming dates
+    with duckdb.connect(str(db)) as con:
+        con.execute("UPDATE traces SET started_at = NULL")
+    result = run(runner, "export", "sft", "--db", str(db), "--out", out, "--since", "2099-01-01")
+    said = "--since 2099-01-01 matches no trace; the store's traces started at no recorded time\n"
+    assert result.exit_code == 1 and said in result.output
     # past the `shown` most common, how many more
     with duckdb.connect(str(db), read_only=True) as con:
         unmatched = unmatched_filters(con, Criteria(workloads=("nope",)))

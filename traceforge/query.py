@@ -85,12 +85,13 @@ def _first_and_last(columns: list[str], batches: pa.RecordBatchReader, shown: in
     half = shown // 2
     head: list[pa.RecordBatch] = []
     tail: deque[pa.RecordBatch] = deque()
-    total = held = 0
+    total = held = 0  # rows in all, and in `tail`
     for batch in batches:
-        total += batch.num_rows
-        if sum(b.num_rows for b in head) <= shown:
+        if total <= shown:  # every batch up to the one that goes past `shown`
             head.append(batch)
+            total += batch.num_rows
             continue
+        total += batch.num_rows
         tail.append(batch)
         held += batch.num_rows
         while tail and held - tail[0].num_rows >= half:

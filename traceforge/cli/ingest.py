@@ -78,18 +78,17 @@ def run_ingest(paths, db, fmt) -> IngestReport:
     con = store.connect(db)
     try:
         with FileProgress() as progress:
-            report = ingest_files(
+            return ingest_files(
                 con,
                 files,
                 fmt=fmt,
                 on_file=progress.on_file,
                 on_big_file=functools.partial(render_big_file, stderr()),
                 on_part=progress.on_part,
+                problems=problems,
             )
     finally:
         con.close()
-    report.problems[:0] = problems
-    return report
 
 
 def exit_for(report: IngestReport, strict: bool) -> None:

@@ -71,10 +71,9 @@ def sql(query, db, as_json, as_csv):
             else:
                 result = run_query(con, query)
                 if result is not None:
-                    console = stdout()
-                    fits = console.is_terminal or "COLUMNS" in os.environ  # piped: every column, whole
-                    width = console.width if fits else None
-                    render_query_result(console, result.columns, result.rows, width, total=result.total)
+                    console = stdout()  # piped: as wide as the table needs (`options.PIPED_WIDTH`)
+                    columns, rows, total = result.columns, result.rows, result.total
+                    render_query_result(console, columns, rows, console.width, total=total)
         except duckdb.Error as exc:  # duckdb's errors name the problem and the position
             raise click.ClickException(str(exc)) from exc
     finally:

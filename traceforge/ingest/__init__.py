@@ -106,9 +106,7 @@ def ingest_paths(
     """Ingest files, folders and globs into the store behind `con` (`ingest_files` of what
     `sources.expand_paths` finds; the report's `problems` name the arguments that matched nothing)."""
     files, problems = expand_paths(paths)
-    report = ingest_files(con, files, fmt, on_file, workers, on_big_file, on_part)
-    report.problems[:0] = problems
-    return report
+    return ingest_files(con, files, fmt, on_file, workers, on_big_file, on_part, problems=problems)
 
 
 def ingest_files(
@@ -119,9 +117,11 @@ def ingest_files(
     workers: int | None = None,
     on_big_file: BigFileCallback | None = None,
     on_part: PartCallback | None = None,
+    *,
+    problems: list[str] | None = None,
 ) -> IngestReport:
     """Ingest `files` (absolute paths, as `sources.expand_paths` gives them) into the store
-    behind `con`.
+    behind `con`; `problems`, the walk's (arguments that matched nothing), go into the report.
 
     `fmt` forces an adapter by name (see `traceforge.ingest.detect.formats()`); "auto" detects it
     per file. `on_file(path, index, total)` is called as each file is taken up, for progress display;
@@ -149,7 +149,9 @@ def ingest_files(
         by_sha.setdefault(sha, path)
     replaces = {str(path) for path in files if str(path) in known or str(path) in interrupted}
     stored_sizes = {path: size for path, _, size, _ in stored if path not in interrupted}
-    report = IngestReport(unfinished=sorted(interrupted - {str(path) for path in files}))
+    report = IngestReport(
+        problems=list(problems or []), unfinished=sorted(interrupted - {str(path) for path in files})
+    )
     sizes = content_sizes(files, stored_sizes)  # of the files most likely new or changed
     # written in parts by this process (`traceforge.ingest.parts`)
     in_parts = {str(path) for path, (size, _) in sizes.items() if size >= parts.PARTS_MIN_BYTES}

@@ -377,12 +377,12 @@ QUERY_TEXT_MIN = 8  # how narrow a text column may get before columns are left o
 
 
 def render_query_result(
-    console: Console, columns: list[str], rows: list[tuple], width: int | None, total: int | None = None
+    console: Console, columns: list[str], rows: list[tuple], width: int, total: int | None = None
 ) -> None:
     """A query's result as a table, as DuckDB's shell shows one: a line per row (a line break in
     a value shown as `\\n`), long text cut, marked `…`, and where the columns do not fit `width`
     (the terminal's), those in the middle left out (named below the table), never a number cut.
-    `width` None: as wide as the table needs, every column shown (output piped to a file).
+    Piped, the console is as wide as any table needs (`cli.options.PIPED_WIDTH`): every column.
     `total` rows in the result, where `rows` are only its first and last half (`query.run_query`):
     a row of `·` stands between them, and the count below the table."""
     cells = [[_cell_text(v) for v in row] for row in rows]
@@ -394,15 +394,15 @@ def render_query_result(
     # the narrowest a column can be: a number and its header whole, text a few characters and `…`
     least = [n if number else min(n, QUERY_TEXT_MIN) for n, number in zip(longest, numeric, strict=True)]
     shown = list(range(len(columns)))
-    while width is not None and len(shown) > 2 and 1 + sum(least[i] + 3 for i in shown) > width:
+    while len(shown) > 2 and 1 + sum(least[i] + 3 for i in shown) > width:
         del shown[len(shown) // 2]  # 3 a column: a rule and 2 spaces
     wanted = {i: longest[i] if numeric[i] else min(longest[i], QUERY_TEXT_WIDTH) for i in shown}
-    if width is not None:  # the text columns share what the numbers leave, the narrowest served first
-        room = width - 1 - 3 * len(shown) - sum(wanted[i] for i in shown if numeric[i])
-        texts = sorted((i for i in shown if not numeric[i]), key=wanted.get)
-        for served, i in enumerate(texts):
-            wanted[i] = max(min(wanted[i], room // (len(texts) - served)), least[i])
-            room -= wanted[i]
+    # the text columns share what the numbers leave, the narrowest served first
+    room = width - 1 - 3 * len(shown) - sum(wanted[i] for i in shown if numeric[i])
+    texts = sorted((i for i in shown if not numeric[i]), key=wanted.get)
+    for served, i in enumerate(texts):
+        wanted[i] = max(min(wanted[i], room // (len(texts) - served)), least[i])
+        room -= wanted[i]
     table = Table()
     for i in shown:
         justify = "right" if numeric[i] else "left"
